@@ -1,0 +1,109 @@
+"""Posterior draws in, as {site: (S, ...) array}: a dict, a NumPyro MCMC, ArviZ, or Stan names.
+
+Stan names (``beta[1]``, ``sigma``, ``Omega[2,3]``) are 1-based and flattened; they are mapped
+to NumPyro sites by name and index. Chains are concatenated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from bayes_recon.errors import ReconError
+
+_STAN_NAME = re.compile(r"^(?P<site>[^\[\]]+)(\[(?P<index>[0-9, ]+)\])?$")
+
+
+def as_draws(source: Any) -> dict[str, np.ndarray]:
+    """Draws from a dict, a NumPyro ``MCMC``, an ArviZ ``InferenceData`` or ``DataTree``."""
+    if hasattr(source, "get_samples"):  # numpyro.infer.MCMC
+        return {k: np.asarray(v) for k, v in source.get_samples().items()}
+    posterior = _arviz_posterior(source)
+    if posterior is not None:
+        out = {}
+        for name, var in posterior.data_vars.items():
+            values = np.asarray(var.values)  # (chain, draw, ...)
+            out[str(name)] = values.reshape((-1, *values.shape[2:]))
+        return out
+    if isinstance(source, Mapping):
+        draws = {str(k): np.asarray(v) for k, v in source.items()}
+        if any(_STAN_NAME.match(k) and "[" in k for k in draws):
+            draws = from_stan_names(draws)
+        return draws
+    raise ReconError(
+        f"cannot read posterior draws from a {type(source).__name__}; pass a dict of arrays "
+        "(MCMC.get_samples()), a NumPyro MCMC, or an ArviZ InferenceData/DataTree"
+    )
+
+
+def _arviz_posterior(source: Any) -> Any:
+    """The posterior group as an xarray Dataset, for arviz 0.2x InferenceData and 1.x DataTree."""
+    group = None
+    if hasattr(source, "groups") and callable(getattr(source, "groups", None)):
+        if "posterior" in source.groups():
+            group = source.posterior
+    elif hasattr(source, "children") and "posterior" in getattr(source, "children", {}):
+        group = source["posterior"]
+    if group is None:
+        return None
+    return group.to_dataset() if hasattr(group, "to_dataset") else group
+
+
+def from_stan_names(draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """{"beta[1]": (S,), "beta[2]": (S,), "sigma": (S,)} → {"beta": (S, 2), "sigma": (S,)}."""
+    grouped: dict[str, dict[tuple[int, ...], np.ndarray]] = {}
+    for name, values in draws.items():
+        match = _STAN_NAME.match(name)
+        if match is None:
+            raise ReconError(f"cannot read the parameter name {name!r}; expected e.g. 'beta[1]' or 'sigma'")
+        index = tuple(int(i) - 1 for i in match["index"].split(",")) if match["index"] else ()
+        grouped.setdefault(match["site"], {})[index] = np.asarray(values, dtype=float)
+    out = {}
+    for site, parts in grouped.items():
+        if list(parts) == [()]:
+            out[site] = parts[()]
+            continue
+        shape = tuple(max(i[d] for i in parts) + 1 for d in range(len(next(iter(parts)))))
+        n = len(next(iter(parts.values())))
+        array = np.full((n, *shape), np.nan)
+        for index, values in parts.items():
+            array[(slice(None), *index)] = values
+        if np.isnan(array).any():
+            raise ReconError(f"the draws of {site!r} miss some indices of its shape {shape}")
+        out[site] = array
+    return out
+
+
+def check_draws(draws: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Validate draws against the model's latent sites and their shapes; keep only those sites."""
+    missing = [k for k in expected if k not in draws]
+    if missing:
+        raise ReconError(
+            f"the draws lack the model's latent site(s) {missing}; they have {sorted(draws)}. "
+            "Are these draws from this model? (Stan names like 'beta[1]' are mapped to the site 'beta'.)"
+        )
+    n_draws = {len(np.asarray(draws[k])) for k in expected}
+    if len(n_draws) != 1:
+        raise ReconError(f"the sites have different numbers of draws: {n_draws}; flatten chains the same way")
+    out = {}
+    for site, shape in expected.items():
+        values = np.asarray(draws[site], dtype=float)
+        if values.shape[1:] != tuple(shape):
+            raise ReconError(
+                f"site {site!r} has draws of shape {values.shape[1:]} per draw but the model's "
+                f"{site!r} has shape {tuple(shape)}"
+            )
+        bad = ~np.isfinite(values)
+        if bad.any():
+            rows = np.unique(np.nonzero(bad.reshape(len(values), -1))[0])
+            raise ReconError(
+                f"site {site!r} has {len(rows)} draw(s) with NaN or inf (first at draw {rows[0]}); "
+                "drop those draws (or check the sampler's diagnostics) and try again"
+            )
+        out[site] = values
+    if next(iter(n_draws)) < 10:
+        raise ReconError(f"only {next(iter(n_draws))} draws; the divergence needs many (hundreds or more)")
+    return out

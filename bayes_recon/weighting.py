@@ -1,0 +1,99 @@
+"""The weighted pseudo-posterior q(θ) ∝ p(θ) Π_j p(x_j | θ)^{w_j}, built from an unmodified NumPyro model.
+
+Two small effects do the work: the user's data arguments are replaced by pseudo-data (plain
+keyword arguments), and :class:`weight_likelihood` scales every observed site's log-probability
+by the per-point weights. The log density is taken in NumPyro's unconstrained space, flattened
+to a vector, so that divergences are plain functions of ``(vector, pseudo-data, weights)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from numpyro import handlers
+from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
+from numpyro.primitives import Messenger
+
+
+Array = jax.Array
+LogDensity = Callable[[Array, Mapping[str, Array], Array], Array]
+"""log q(θ_flat; pseudo-data, weights), up to a constant."""
+
+
+class weight_likelihood(Messenger):
+    """Multiply the log-probability of every observed site by per-point weights.
+
+    Latent sites are untouched, so the prior stays the prior: with all weights one this is the
+    model's own posterior density, with all weights zero it is the prior.
+    """
+
+    def __init__(self, fn: Callable | None = None, weights: Array | None = None) -> None:
+        self.weights = weights
+        super().__init__(fn)
+
+    def process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "sample" and msg["is_observed"]:
+            w = self.weights
+            extra_dims = len(msg["fn"].batch_shape) - 1
+            if extra_dims > 0 and jnp.ndim(w) == 1:  # the data-point axis is the leading batch axis
+                w = jnp.reshape(w, (-1,) + (1,) * extra_dims)
+            msg["scale"] = w if msg["scale"] is None else msg["scale"] * w
+
+
+@dataclass(frozen=True)
+class WeightedModel:
+    """A NumPyro model with the data arguments to reconstruct (``free``) split from the rest.
+
+    ``fixed`` holds arguments the adversary knows (constants, or per-point columns broadcast over
+    pseudo-points); ``latent_example`` is one draw of the latent sites (constrained), which fixes
+    the flattening of θ.
+    """
+
+    model: Callable
+    free: tuple[str, ...]
+    fixed: Mapping[str, Any]
+    latent_example: Mapping[str, Array]
+
+    def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
+        return {**self.fixed, **data}
+
+    @property
+    def unravel(self) -> Callable[[Array], dict[str, Array]]:
+        return ravel_pytree(dict(self.latent_example))[1]
+
+    @property
+    def dim(self) -> int:
+        return int(ravel_pytree(dict(self.latent_example))[0].size)
+
+    def log_density(self, theta: Array, data: Mapping[str, Array], weights: Array) -> Array:
+        """Unconstrained log density of the weighted posterior at the flat vector ``theta``."""
+        weighted = weight_likelihood(self.model, weights=weights)
+        return -potential_energy(weighted, (), self._kwargs(data), self.unravel(theta))
+
+    def loglik_per_point(self, theta: Array, data: Mapping[str, Array]) -> Array:
+        """log p(x_j | θ) for every point j (summed over observed sites), θ unconstrained flat."""
+        params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
+        n = next(iter(data.values())).shape[0]
+        trace = handlers.trace(handlers.substitute(self.model, params)).get_trace(**self._kwargs(data))
+        total = jnp.zeros(n)
+        for site in trace.values():
+            if site["type"] == "sample" and site["is_observed"]:
+                lp = site["fn"].log_prob(site["value"])
+                total = total + jnp.reshape(lp, (n, -1)).sum(axis=1)
+        return total
+
+    def to_unconstrained(self, draws: Mapping[str, np.ndarray], data: Mapping[str, Array]) -> np.ndarray:
+        """Constrained draws {site: (S, ...)} to flat unconstrained vectors (S, dim)."""
+
+        def one(params: Mapping[str, Array]) -> Array:
+            unc = unconstrain_fn(self.model, (), self._kwargs(data), dict(params))
+            return ravel_pytree({k: unc[k] for k in self.latent_example})[0]
+
+        ordered = {k: jnp.asarray(draws[k]) for k in self.latent_example}
+        return np.asarray(jax.jit(jax.vmap(one))(ordered))
