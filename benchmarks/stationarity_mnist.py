@@ -38,18 +38,19 @@ class Benchmark:
 
 
 CONFIGS = {
-    # One hidden layer: with two, the second layer's random initialisation still dominates its
-    # weights after a CPU-sized training run, and that part is no KKT sum of training gradients.
+    # Two hidden layers of 500, trained at lr 0.1 (lr 0.01 is too slow for a CPU budget). Their
+    # second layer keeps most of its random initialisation, which no KKT sum can explain, so the
+    # objective plateaus near 0.86 of its starting value; the first layer still gives the images away.
     "cpu": Benchmark(
         TrainConfig(
             per_class=50,
-            architecture="mlp:1000",
+            architecture="mlp:500,500",
             lr=0.1,
             max_steps=20_000,
-            target_loss=1e-5,
-            first_layer_scale=0.1,
+            target_loss=5e-5,
+            first_layer_scale=1e-2,
         ),
-        StationarityConfig(points=200, runs=8, steps=2000, runs_per_batch=4, lr=(1e-3, 1e-2)),
+        StationarityConfig(points=200, runs=8, steps=2000, runs_per_batch=4),
     ),
     # Haim et al. 2022: n = 500, 784-1000-1000-1, full-batch GD at lr 0.01 from a small first
     # layer, trained long; m = 2n candidates.
@@ -84,12 +85,9 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
     result = reconstruct(model, bench.attack, out_dir=work / "recon")
     attacked = time.perf_counter()
     recon = result.measure.points["image"]
-    matched = match(
-        recon,
-        model.train_images,
-        recon_labels=result.measure.points["label"],
-        train_labels=model.train_labels,
-    )
+    labels = {"recon_labels": result.measure.points["label"], "train_labels": model.train_labels}
+    matched = match(recon, model.train_images, **labels)
+    stretched = match(recon, model.train_images, **labels, stretch=True)
     grid = save_match_grid(matched, recon, model.train_images, work / "match.png")
     return {
         "n": len(model.train_labels),
@@ -98,6 +96,7 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
         "train_loss": model.train_loss,
         "test_accuracy": accuracy(model, test.images, test.labels),
         "successes": {str(k): v for k, v in matched.successes().items()},
+        "successes_contrast_stretched": {str(k): v for k, v in stretched.successes().items()},
         "reconstructions_kept": len(result.measure),
         "diverged_runs": result.diverged,
         "train_seconds_this_call": trained - started,

@@ -67,6 +67,13 @@ def lpips(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return distance.detach().cpu().numpy().reshape(len(a))
 
 
+def stretch_contrast(images: np.ndarray) -> np.ndarray:
+    """Each image min-max rescaled to [0, 1] (constant images become 0)."""
+    flat = np.asarray(images, np.float64).reshape(len(images), -1)
+    low, high = flat.min(axis=1, keepdims=True), flat.max(axis=1, keepdims=True)
+    return ((flat - low) / np.maximum(high - low, 1e-12)).reshape(images.shape)
+
+
 @dataclass(frozen=True)
 class MatchResult:
     """For every training image, its nearest reconstruction (by NCC) and their SSIM."""
@@ -92,11 +99,14 @@ def match(
     recon_labels: np.ndarray | None = None,
     train_labels: np.ndarray | None = None,
     candidates: int = 5,
+    stretch: bool = False,
 ) -> MatchResult:
     """Match every training image to a reconstruction and score the pair with SSIM.
 
     The ``candidates`` reconstructions nearest by NCC (only those of the same class when labels
-    are given) are scored and the best SSIM is kept, so that NCC only has to shortlist.
+    are given) are scored and the best SSIM is kept, so that NCC only has to shortlist. With
+    ``stretch`` each reconstruction is min-max rescaled to [0, 1] before SSIM (the papers' figures
+    do this: the attack recovers shape better than contrast); the default scores them as they are.
     """
     if len(reconstructions) == 0:
         raise ValueError("there are no reconstructions to match")
@@ -105,6 +115,8 @@ def match(
             f"reconstructions {reconstructions.shape[1:]} and training images "
             f"{train_images.shape[1:]} differ in shape"
         )
+    if stretch:
+        reconstructions = stretch_contrast(reconstructions)
     similarity = pairwise_ncc(train_images, reconstructions, downsample)
     if recon_labels is not None and train_labels is not None:
         similarity = np.where(train_labels[:, None] == recon_labels[None, :], similarity, -np.inf)

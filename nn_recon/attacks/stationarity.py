@@ -52,11 +52,11 @@ class StationarityConfig:
     runs_per_batch: int = 4
     objective: str = "kkt"
     weight_decay: float | None = None
-    lr: Range = (3e-4, 3e-3)
+    lr: Range = (1e-3, 1e-2)
     lambda_lr_factor: float = 10.0
-    init_scale: Range = (1e-5, 1e-3)
+    init_scale: Range = (1e-4, 1e-3)
     lambda_min: Range = (0.01, 0.5)
-    beta: Range = (10.0, 300.0)
+    beta: Range = (30.0, 300.0)
     prune_fraction: float = 0.01
     duplicate_ncc: float = 0.98
     seed: int = 0

@@ -12,7 +12,7 @@ from nn_recon.models import Architecture, Network, relu_with_surrogate_gradient
 from nn_recon.train import TrainedModel
 
 
-def kkt_network(num_outputs: int, seed: int = 0):
+def kkt_network(num_outputs: int, seed: int = 0, kappa: np.ndarray | None = None):
     """A 2-layer net that is exactly a KKT point of its training set.
 
     The points form a scaled simplex, so x_j·x_i < −1 for i ≠ j. Hidden unit j has weights κ_j x_j
@@ -27,7 +27,7 @@ def kkt_network(num_outputs: int, seed: int = 0):
     x = 3.0 * simplex @ basis.T  # pairwise inner products −9/4 · ... < −1
     assert (x @ x.T)[~np.eye(n, dtype=bool)].max() < -1
     labels = np.array([0, 1, 0, 1])
-    kappa = rng.uniform(0.5, 2.0, n)
+    kappa = rng.uniform(0.5, 2.0, n) if kappa is None else kappa
     sq = (x**2).sum(1) + 1
     network = Network(Architecture("mlp", (n,), (1, 4, 4), num_outputs)).double()
     with torch.no_grad():
@@ -129,3 +129,24 @@ def test_diverging_runs_are_reported_and_the_rest_kept():
         model.network.readout.weight[0, 0] = math.nan
     with pytest.raises(ReconInputError, match="diverged"):
         reconstruct(model, config)
+
+
+@pytest.mark.parametrize("num_outputs", [1, 2])
+def test_posterior_objective_vanishes_at_an_exact_weight_decay_stationary_point(num_outputs):
+    """wd·θ = (1/n) Σ σ(−m_j) ∇m_j is the KKT form with λ_j = σ(−m_j) / (n·wd): pick each unit's
+    scale κ_j so that its point's margin m_j makes the two agree, then the training set with unit
+    weights (1/n each) is stationary for logistic / cross-entropy loss plus (wd/2)‖θ‖²."""
+    weight_decay, n = 0.01, 4
+    _, _, _, lam = kkt_network(num_outputs)
+    c = 1 if num_outputs == 1 else 2
+    sq = 1 / (c * lam.numpy() ** 2)
+    p = n * weight_decay * lam.numpy()
+    margin = np.log((1 - p) / p)
+    kappa = np.sqrt(margin / (np.sqrt(c) * sq**1.5))
+    model, images, labels, _ = kkt_network(num_outputs, kappa=kappa)
+    loss = StationarityLoss(model, labels, "posterior", weight_decay)
+    beta = torch.tensor(200.0, dtype=torch.float64)
+    ones = torch.ones(n, dtype=torch.float64)
+    assert loss(images, ones, beta) < 1e-12
+    assert loss(images, 2 * ones, beta) > 1e-3  # absolute weights: the mass counts
+    assert loss(images.flip(0), ones, beta) > 1e-3
