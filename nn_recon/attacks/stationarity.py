@@ -134,33 +134,32 @@ class StationarityLoss:
         self.prior_norm = self.prior_scale**2 * sum(p.square().sum() for p in self.params.values())
         self.value_and_grad = vmap(grad_and_value(self.__call__, argnums=(0, 1)))
 
-    def __call__(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    def _score_grad(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """∇_θ Σ_i λ_i s_i(θ; x_i): one backward pass through the weighted sum of scores."""
+
         def weighted_score(params: dict[str, torch.Tensor]) -> torch.Tensor:
             outputs = functional_call(self.network, params, (x,), {"surrogate_beta": beta})
             return (lam * _point_scores(outputs, self.labels, self.objective)).sum()
 
-        score_grad = grad(weighted_score)(self.params)
-        prior_grad = {k: self.prior_scale * p for k, p in self.params.items()}
-        if self.objective == "kkt":
-            inner = sum((prior_grad[k] * g).sum() for k, g in score_grad.items())
-            scale = inner / sum(g.square().sum() for g in score_grad.values()).clamp_min(1e-30)
-        else:
-            scale = 1.0 / len(lam)
-        residual = sum((prior_grad[k] - scale * g).square().sum() for k, g in score_grad.items())
+        return grad(weighted_score)(self.params)
+
+    def _scale(self, score_grad: dict[str, torch.Tensor], points: int) -> torch.Tensor | float:
+        if self.objective == "posterior":
+            return 1.0 / points
+        inner = sum((self.prior_scale * self.params[k] * g).sum() for k, g in score_grad.items())
+        return inner / sum(g.square().sum() for g in score_grad.values()).clamp_min(1e-30)
+
+    def __call__(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        score_grad = self._score_grad(x, lam, beta)
+        scale = self._scale(score_grad, len(lam))
+        residual = sum(
+            (self.prior_scale * self.params[k] - scale * g).square().sum() for k, g in score_grad.items()
+        )
         return residual / self.prior_norm
 
-    def weight_scale(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    def weight_scale(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> float:
         """The factor a that turns one run's λ into the weights of its measure."""
-        if self.objective == "posterior":
-            return torch.as_tensor(1.0 / len(lam))
-
-        def weighted_score(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            outputs = functional_call(self.network, params, (x,), {"surrogate_beta": beta})
-            return (lam * _point_scores(outputs, self.labels, self.objective)).sum()
-
-        score_grad = grad(weighted_score)(self.params)
-        inner = sum((self.params[k] * g).sum() for k, g in score_grad.items())
-        return (inner / sum(g.square().sum() for g in score_grad.values())).clamp_min(0)
+        return max(float(self._scale(self._score_grad(x, lam, beta), len(lam))), 0.0)
 
 
 class _Adam:
@@ -305,7 +304,7 @@ def reconstruct(
         for i, run in enumerate(batch):
             if run.index in bad:
                 continue
-            scale = float(loss.weight_scale(x[i], lam[i], beta[i]))
+            scale = loss.weight_scale(x[i], lam[i], beta[i])
             measures[run.index] = WeightedMeasure(
                 {"image": (x[i].cpu().numpy() + mean).clip(0, 1), "label": labels_np},
                 (scale * lam[i]).cpu().numpy(),
@@ -327,28 +326,31 @@ def reconstruct(
 
 
 def select(runs: list[WeightedMeasure], config: StationarityConfig) -> WeightedMeasure:
-    """Pool the runs, drop points whose weight is below ``prune_fraction`` of their run's largest,
-    and of near-duplicates (NCC above ``duplicate_ncc``) keep the heaviest."""
-    kept_images, kept_labels, kept_weights, kept_runs = [], [], [], []
-    for run in runs:
-        keep = run.weights >= config.prune_fraction * run.weights.max() if run.weights.max() > 0 else []
-        kept_images.append(run.points["image"][keep])
-        kept_labels.append(run.points["label"][keep])
-        kept_weights.append(run.weights[keep])
-        kept_runs.append(np.full(int(np.sum(keep)), run.meta["index"]))
-    images, weights = np.concatenate(kept_images), np.concatenate(kept_weights)
+    """Pool the runs; drop points whose weight is below ``prune_fraction`` of their run's largest,
+    and points with a heavier near-duplicate (NCC at or above ``duplicate_ncc``) of the same class."""
+    kept = [run.weights > config.prune_fraction * run.weights.max() for run in runs]
+    images = np.concatenate([run.points["image"][k] for run, k in zip(runs, kept, strict=True)])
+    labels = np.concatenate([run.points["label"][k] for run, k in zip(runs, kept, strict=True)])
+    weights = np.concatenate([run.weights[k] for run, k in zip(runs, kept, strict=True)])
+    run_of_point = np.concatenate(
+        [np.full(int(k.sum()), run.meta["index"]) for run, k in zip(runs, kept, strict=True)]
+    )
     order = np.argsort(-weights, kind="stable")
-    similarity = pairwise_ncc(images[order], images[order])
-    unique: list[int] = []
-    for i in range(len(order)):
-        if not unique or similarity[i, unique].max() < config.duplicate_ncc:
-            unique.append(i)
-    chosen = order[unique]
+    images, labels, weights, run_of_point = images[order], labels[order], weights[order], run_of_point[order]
+    duplicate = np.zeros(len(order), dtype=bool)
+    for start in range(0, len(order), 1024):  # blocks keep the NCC matrix small for many runs
+        block = slice(start, start + 1024)
+        similarity = pairwise_ncc(images[block], images[: start + 1024])
+        heavier = (
+            np.arange(similarity.shape[1])[None, :] < np.arange(start, start + similarity.shape[0])[:, None]
+        )
+        same_class = labels[block, None] == labels[None, : start + 1024]
+        duplicate[block] = np.any((similarity >= config.duplicate_ncc) & heavier & same_class, axis=1)
+    unique = ~duplicate
     meta = {
         "attack": "stationarity",
         "config": asdict(config),
         "runs": [dict(run.meta) for run in runs],
-        "run_of_point": np.concatenate(kept_runs)[chosen],
+        "run_of_point": run_of_point[unique],
     }
-    points = {"image": images[chosen], "label": np.concatenate(kept_labels)[chosen]}
-    return WeightedMeasure(points, weights[chosen], meta)
+    return WeightedMeasure({"image": images[unique], "label": labels[unique]}, weights[unique], meta)

@@ -150,3 +150,21 @@ def test_posterior_objective_vanishes_at_an_exact_weight_decay_stationary_point(
     assert loss(images, ones, beta) < 1e-12
     assert loss(images, 2 * ones, beta) > 1e-3  # absolute weights: the mass counts
     assert loss(images.flip(0), ones, beta) > 1e-3
+
+
+def test_selection_prunes_small_weights_and_keeps_the_heaviest_of_duplicates():
+    from bayes_recon.measure import WeightedMeasure
+    from nn_recon.attacks.stationarity import select
+    from nn_recon.data import load_digits
+
+    images, _ = load_digits()
+    labels = np.array([0, 1, 0])
+    first = WeightedMeasure({"image": images[:3], "label": labels}, np.array([1.0, 0.5, 1e-4]), {"index": 0})
+    second = WeightedMeasure(
+        {"image": images[:3] * 0.9, "label": labels}, np.array([0.2, 2.0, 0.3]), {"index": 1}
+    )
+    chosen = select([first, second], StationarityConfig(prune_fraction=0.01, duplicate_ncc=0.98))
+    # images[0]: weights 1.0 (run 0) and 0.2 (run 1) -> keep run 0's; images[1]: 2.0 (run 1) wins;
+    # images[2]: run 0's weight is pruned, run 1's 0.3 stays.
+    assert sorted(chosen.weights.tolist()) == [0.3, 1.0, 2.0]
+    assert chosen.meta["run_of_point"].tolist() == [1, 0, 1]
