@@ -127,7 +127,7 @@ def train_target(
     mean = data.mean
     x = torch.as_tensor(data.images - mean, dtype=dtype, device=device)
     y = torch.as_tensor(data.labels, device=device)
-    step, history = 0, []
+    start, history = 0, []
     checkpoint = Path(checkpoint) if checkpoint else None
     if checkpoint:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +138,7 @@ def train_target(
                 f"checkpoint {checkpoint} was written for another config; delete it to start over"
             )
         network.load_state_dict(state["state_dict"])
-        step, history = state["step"], list(state["history"])
+        start, history = state["step"], list(state["history"])
 
     def save_checkpoint(next_step: int) -> None:
         state = {"config": asdict(config), "state_dict": network.state_dict(), "step": next_step}
@@ -146,7 +146,8 @@ def train_target(
         checkpoint.with_suffix(".tmp").replace(checkpoint)
 
     started = time.perf_counter()
-    for step in progress(range(step, config.max_steps + 1), config.max_steps + 1 - step, "train"):  # noqa: B020
+    step = start
+    for step in progress(range(start, config.max_steps + 1), config.max_steps + 1 - start, "train"):
         network.zero_grad(set_to_none=True)
         loss = _objective(network, x, y, config.weight_decay)
         loss_value = loss.item()

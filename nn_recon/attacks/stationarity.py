@@ -223,18 +223,13 @@ def _optimise_batch(
     optimiser = _Adam([x, lam], [lr, lr * config.lambda_lr_factor])
     stopped = torch.zeros(len(settings), dtype=torch.bool, device=device)
     losses = torch.full((len(settings),), math.nan, dtype=dtype, device=device)
-    step = 0
+    start = 0
     if checkpoint and checkpoint.exists():
         state = torch.load(checkpoint, weights_only=True, map_location=device)
-        x, lam, stopped, losses, step = (
-            state["x"],
-            state["lam"],
-            state["stopped"],
-            state["losses"],
-            state["step"],
-        )
+        x, lam, stopped, losses = state["x"], state["lam"], state["stopped"], state["losses"]
+        start = state["step"]
         optimiser.load(state["adam"])
-    for step in progress(range(step, config.steps), config.steps - step, f"runs {settings[0].index}+"):  # noqa: B020
+    for step in progress(range(start, config.steps), config.steps - start, f"runs {settings[0].index}+"):
         (grad_x, grad_lam), values = loss.value_and_grad(x, lam, beta)
         finite = (
             torch.isfinite(values)
