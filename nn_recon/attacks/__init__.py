@@ -1,0 +1,1 @@
+"""Attacks that reconstruct training data from a trained network."""

@@ -1,0 +1,354 @@
+"""The stationarity attack: find images x_i and weights λ_i that make the trained parameters stationary.
+
+One objective serves the family. With per-point scores s_i(θ) and a regulariser R,
+
+    r(x, λ) = ∇R(θ) − a · ∇_θ Σ_i λ_i s_i(θ; x_i),        loss = ‖r‖² / ‖∇R(θ)‖²
+
+* ``kkt`` (Haim et al. 2022; Buzaglo et al. 2023): R = ‖θ‖²/2 and s_i the margin, y_i Φ(x_i) for
+  one output and Φ_{y_i} − max_{j≠y_i} Φ_j for several. A network trained long on the logistic
+  or cross-entropy loss converges in direction to a KKT point θ ∝ Σ λ_i ∇ margin_i, so the scale a
+  is free: it is solved in closed form (a = ⟨∇R, g⟩/‖g‖²), which makes λ scale-free.
+* ``posterior`` (the Dirac-posterior view): R = (wd/2)‖θ‖² and s_i = −ℓ(f_θ(x_i), y_i), the
+  training loss; a = 1/m, so a·λ are absolute weights (1/n each for the true training set of a
+  model trained on the mean loss with weight decay wd).
+
+During the attack ReLU keeps its values but differentiates as sigmoid(βz), so the gradient wrt x
+exists. Pixels stay in [0, 1] (the box prior, by projection), λ ≥ λ_min (by projection). Runs draw
+their learning rate, initial scale, λ_min and β from log-uniform ranges, each from its own seed,
+and are optimised together (``torch.func.vmap`` over runs) with Adam.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.func import functional_call, grad, grad_and_value, vmap
+from torch.nn import functional as F
+
+from bayes_recon.measure import WeightedMeasure
+from nn_recon.errors import ReconInputError
+from nn_recon.metrics import pairwise_ncc
+from nn_recon.models import margins
+from nn_recon.progress import progress
+from nn_recon.train import TrainedModel, resolve_device, resolve_dtype
+
+OBJECTIVES = ("kkt", "posterior")
+Range = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class StationarityConfig:
+    """The attack's settings; every range is searched log-uniformly, one draw per run."""
+
+    points: int = 200
+    runs: int = 8
+    steps: int = 3000
+    runs_per_batch: int = 4
+    objective: str = "kkt"
+    weight_decay: float | None = None
+    lr: Range = (3e-4, 3e-3)
+    lambda_lr_factor: float = 10.0
+    init_scale: Range = (1e-5, 1e-3)
+    lambda_min: Range = (0.01, 0.5)
+    beta: Range = (10.0, 300.0)
+    prune_fraction: float = 0.01
+    duplicate_ncc: float = 0.98
+    seed: int = 0
+    dtype: str = "float32"
+    device: str = "auto"
+    checkpoint_every: int = 500
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The searched hyperparameters of one run, drawn from its seed."""
+
+    index: int
+    lr: float
+    init_scale: float
+    lambda_min: float
+    beta: float
+
+    @classmethod
+    def draw(cls, config: StationarityConfig, index: int) -> RunSettings:
+        rng = np.random.default_rng([config.seed, index])
+
+        def log_uniform(bounds: Range) -> float:
+            low, high = sorted(bounds)
+            return float(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+        return cls(
+            index, *(log_uniform(r) for r in (config.lr, config.init_scale, config.lambda_min, config.beta))
+        )
+
+
+@dataclass(frozen=True)
+class StationarityResult:
+    """The selected reconstruction, every run's own measure, and the runs that diverged."""
+
+    measure: WeightedMeasure
+    runs: list[WeightedMeasure]
+    diverged: list[int]
+
+
+def candidate_labels(points: int, num_classes: int) -> np.ndarray:
+    """Class indices for ``points`` candidates, split as evenly as possible, in blocks."""
+    if points < num_classes:
+        raise ReconInputError(
+            f"--points {points} is smaller than the {num_classes} classes; use at least {num_classes}"
+        )
+    return (np.arange(points) * num_classes // points).astype(np.int64)
+
+
+def _point_scores(outputs: torch.Tensor, labels: torch.Tensor, objective: str) -> torch.Tensor:
+    if objective == "kkt":
+        return margins(outputs, labels)
+    if outputs.shape[-1] == 1:
+        return -F.softplus(-margins(outputs, labels))
+    return -F.cross_entropy(outputs, labels, reduction="none")
+
+
+class StationarityLoss:
+    """``loss(x, λ, β)`` for one run (candidates centred by the data mean), and its batched gradient."""
+
+    def __init__(self, model: TrainedModel, labels: torch.Tensor, objective: str, weight_decay: float | None):
+        if objective not in OBJECTIVES:
+            raise ReconInputError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        self.network = model.network
+        self.params = model.parameters()
+        self.labels = labels
+        self.objective = objective
+        if objective == "posterior":
+            weight_decay = weight_decay if weight_decay is not None else model.config.get("weight_decay", 0.0)
+            if not weight_decay:
+                raise ReconInputError(
+                    "the posterior objective needs the weight decay the model was trained with"
+                )
+        self.prior_scale = 1.0 if objective == "kkt" else float(weight_decay)
+        self.prior_norm = self.prior_scale**2 * sum(p.square().sum() for p in self.params.values())
+        self.value_and_grad = vmap(grad_and_value(self.__call__, argnums=(0, 1)))
+
+    def __call__(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        def weighted_score(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            outputs = functional_call(self.network, params, (x,), {"surrogate_beta": beta})
+            return (lam * _point_scores(outputs, self.labels, self.objective)).sum()
+
+        score_grad = grad(weighted_score)(self.params)
+        prior_grad = {k: self.prior_scale * p for k, p in self.params.items()}
+        if self.objective == "kkt":
+            inner = sum((prior_grad[k] * g).sum() for k, g in score_grad.items())
+            scale = inner / sum(g.square().sum() for g in score_grad.values()).clamp_min(1e-30)
+        else:
+            scale = 1.0 / len(lam)
+        residual = sum((prior_grad[k] - scale * g).square().sum() for k, g in score_grad.items())
+        return residual / self.prior_norm
+
+    def weight_scale(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        """The factor a that turns one run's λ into the weights of its measure."""
+        if self.objective == "posterior":
+            return torch.as_tensor(1.0 / len(lam))
+
+        def weighted_score(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            outputs = functional_call(self.network, params, (x,), {"surrogate_beta": beta})
+            return (lam * _point_scores(outputs, self.labels, self.objective)).sum()
+
+        score_grad = grad(weighted_score)(self.params)
+        inner = sum((self.params[k] * g).sum() for k, g in score_grad.items())
+        return (inner / sum(g.square().sum() for g in score_grad.values())).clamp_min(0)
+
+
+class _Adam:
+    """Adam with one learning rate per run (the leading axis), state kept as plain tensors."""
+
+    def __init__(self, shapes: list[torch.Tensor], lrs: list[torch.Tensor]):
+        self.lrs = lrs
+        self.first = [torch.zeros_like(t) for t in shapes]
+        self.second = [torch.zeros_like(t) for t in shapes]
+        self.count = 0
+
+    def step(self, tensors: list[torch.Tensor], grads: list[torch.Tensor], beta1=0.9, beta2=0.999) -> None:
+        self.count += 1
+        for t, g, m, v, lr in zip(tensors, grads, self.first, self.second, self.lrs, strict=True):
+            m.mul_(beta1).add_(g, alpha=1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            m_hat = m / (1 - beta1**self.count)
+            v_hat = v / (1 - beta2**self.count)
+            t.sub_(lr.view(-1, *[1] * (t.ndim - 1)) * m_hat / (v_hat.sqrt() + 1e-12))
+
+    def state(self) -> dict:
+        return {"first": self.first, "second": self.second, "count": self.count}
+
+    def load(self, state: dict) -> None:
+        self.first, self.second, self.count = list(state["first"]), list(state["second"]), state["count"]
+
+
+def _run_path(out_dir: Path, index: int) -> Path:
+    return out_dir / "runs" / f"run_{index:04d}"
+
+
+def _optimise_batch(
+    loss: StationarityLoss,
+    settings: list[RunSettings],
+    config: StationarityConfig,
+    model: TrainedModel,
+    checkpoint: Path | None,
+    on_step: Callable[[int, torch.Tensor], None] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Optimise the runs in ``settings`` together; returns x, λ, β, final losses and diverged indices."""
+    params = next(iter(loss.params.values()))
+    device, dtype = params.device, params.dtype
+    shape = (len(settings), config.points, *model.architecture.input_shape)
+    mean = torch.as_tensor(model.mean, dtype=dtype, device=device)
+
+    def per_run(values: list[float]) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    x = torch.stack([_initial_images(s, config, shape[2:], dtype) for s in settings]).to(device)
+    x = torch.minimum(torch.maximum(x, -mean), 1 - mean)
+    lam = torch.stack(
+        [
+            torch.rand(config.points, generator=torch.Generator().manual_seed(s.index), dtype=dtype)
+            for s in settings
+        ]
+    ).to(device)
+    lam_min = per_run([s.lambda_min for s in settings])[:, None]
+    lam = torch.maximum(lam, lam_min)
+    beta = per_run([s.beta for s in settings])
+    lr = per_run([s.lr for s in settings])
+    optimiser = _Adam([x, lam], [lr, lr * config.lambda_lr_factor])
+    stopped = torch.zeros(len(settings), dtype=torch.bool, device=device)
+    losses = torch.full((len(settings),), math.nan, dtype=dtype, device=device)
+    step = 0
+    if checkpoint and checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=True, map_location=device)
+        x, lam, stopped, losses, step = (
+            state["x"],
+            state["lam"],
+            state["stopped"],
+            state["losses"],
+            state["step"],
+        )
+        optimiser.load(state["adam"])
+    for step in progress(range(step, config.steps), config.steps - step, f"runs {settings[0].index}+"):  # noqa: B020
+        (grad_x, grad_lam), values = loss.value_and_grad(x, lam, beta)
+        finite = (
+            torch.isfinite(values)
+            & torch.isfinite(grad_x).flatten(1).all(1)
+            & torch.isfinite(grad_lam).all(1)
+        )
+        stopped |= ~finite
+        losses = torch.where(stopped, losses, values)
+        keep = (~stopped).to(dtype)
+        grad_x = torch.nan_to_num(grad_x) * keep.view(-1, 1, 1, 1, 1)
+        grad_lam = torch.nan_to_num(grad_lam) * keep[:, None]
+        optimiser.step([x, lam], [grad_x, grad_lam])
+        x = torch.minimum(torch.maximum(x, -mean), 1 - mean)
+        lam = torch.maximum(lam, lam_min)
+        if on_step:
+            on_step(step, values)
+        if checkpoint and (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
+            state = {"x": x, "lam": lam, "stopped": stopped, "losses": losses, "step": step + 1}
+            torch.save({**state, "adam": optimiser.state()}, checkpoint.with_suffix(".tmp"))
+            checkpoint.with_suffix(".tmp").replace(checkpoint)
+    if config.steps:
+        losses = torch.where(stopped, losses, vmap(loss)(x, lam, beta))
+    diverged = [s.index for s, bad in zip(settings, stopped.tolist(), strict=True) if bad]
+    return x, lam, beta, losses, diverged
+
+
+def _initial_images(settings: RunSettings, config: StationarityConfig, shape: tuple, dtype) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(config.seed * 1_000_003 + settings.index)
+    return settings.init_scale * torch.randn(config.points, *shape, generator=generator, dtype=dtype)
+
+
+def reconstruct(
+    model: TrainedModel,
+    config: StationarityConfig = StationarityConfig(),
+    out_dir: str | Path | None = None,
+    on_step: Callable[[int, torch.Tensor], None] | None = None,
+) -> StationarityResult:
+    """Run the attack on ``model`` and return the selected reconstruction.
+
+    With ``out_dir``, every finished run is saved under ``out_dir/runs`` and a batch in progress is
+    checkpointed; calling again with the same config skips finished runs and resumes the batch.
+    """
+    device, dtype = resolve_device(config.device), resolve_dtype(config.dtype)
+    model.network.to(device, dtype)
+    labels_np = candidate_labels(config.points, len(model.classes))
+    labels = torch.as_tensor(labels_np, device=device)
+    loss = StationarityLoss(model, labels, config.objective, config.weight_decay)
+    out = Path(out_dir) if out_dir is not None else None
+    measures: dict[int, WeightedMeasure] = {}
+    diverged: list[int] = []
+    pending = []
+    for index in range(config.runs):
+        if out and _run_path(out, index).with_suffix(".npz").exists():
+            measures[index] = WeightedMeasure.load(_run_path(out, index))
+        else:
+            pending.append(RunSettings.draw(config, index))
+    mean = model.mean[None]
+    for start in range(0, len(pending), config.runs_per_batch):
+        batch = pending[start : start + config.runs_per_batch]
+        checkpoint = out / "runs" / f"batch_{batch[0].index:04d}.ckpt" if out else None
+        if checkpoint:
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        x, lam, beta, losses, bad = _optimise_batch(loss, batch, config, model, checkpoint, on_step)
+        seconds = (time.perf_counter() - started) / len(batch)
+        diverged += bad
+        for i, run in enumerate(batch):
+            if run.index in bad:
+                continue
+            scale = float(loss.weight_scale(x[i], lam[i], beta[i]))
+            measures[run.index] = WeightedMeasure(
+                {"image": (x[i].cpu().numpy() + mean).clip(0, 1), "label": labels_np},
+                (scale * lam[i]).cpu().numpy(),
+                {**asdict(run), "loss": float(losses[i]), "seconds": seconds, "objective": config.objective},
+            )
+            if out:
+                measures[run.index].save(_run_path(out, run.index))
+        if checkpoint:
+            checkpoint.unlink(missing_ok=True)
+    runs = [measures[i] for i in sorted(measures)]
+    measure = select(runs, config) if runs else None
+    if measure is not None and out:
+        measure.save(out / "reconstruction")
+    if measure is None:
+        raise ReconInputError(
+            f"all {config.runs} runs diverged (NaN loss); lower the --lr range and run again"
+        )
+    return StationarityResult(measure, runs, diverged)
+
+
+def select(runs: list[WeightedMeasure], config: StationarityConfig) -> WeightedMeasure:
+    """Pool the runs, drop points whose weight is below ``prune_fraction`` of their run's largest,
+    and of near-duplicates (NCC above ``duplicate_ncc``) keep the heaviest."""
+    kept_images, kept_labels, kept_weights, kept_runs = [], [], [], []
+    for run in runs:
+        keep = run.weights >= config.prune_fraction * run.weights.max() if run.weights.max() > 0 else []
+        kept_images.append(run.points["image"][keep])
+        kept_labels.append(run.points["label"][keep])
+        kept_weights.append(run.weights[keep])
+        kept_runs.append(np.full(int(np.sum(keep)), run.meta["index"]))
+    images, weights = np.concatenate(kept_images), np.concatenate(kept_weights)
+    order = np.argsort(-weights, kind="stable")
+    similarity = pairwise_ncc(images[order], images[order])
+    unique: list[int] = []
+    for i in range(len(order)):
+        if not unique or similarity[i, unique].max() < config.duplicate_ncc:
+            unique.append(i)
+    chosen = order[unique]
+    meta = {
+        "attack": "stationarity",
+        "config": asdict(config),
+        "runs": [dict(run.meta) for run in runs],
+        "run_of_point": np.concatenate(kept_runs)[chosen],
+    }
+    points = {"image": images[chosen], "label": np.concatenate(kept_labels)[chosen]}
+    return WeightedMeasure(points, weights[chosen], meta)

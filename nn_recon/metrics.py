@@ -1,0 +1,121 @@
+"""How close reconstructions are to training images: NCC matching, SSIM, MSE, LPIPS, success counts.
+
+Images are numpy arrays (n, C, H, W) in [0, 1]. SSIM is scikit-image's; LPIPS comes from
+``nn_recon.lpips`` (the real v0.1 weights), imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+THRESHOLDS = (0.4, 0.5, 0.6)
+
+
+def _downsample(images: np.ndarray, factor: int) -> np.ndarray:
+    if factor <= 1:
+        return images
+    n, c, h, w = images.shape
+    h, w = h - h % factor, w - w % factor
+    blocks = images[:, :, :h, :w].reshape(n, c, h // factor, factor, w // factor, factor)
+    return blocks.mean(axis=(3, 5))
+
+
+def pairwise_ncc(a: np.ndarray, b: np.ndarray, downsample: int = 1) -> np.ndarray:
+    """Normalised cross-correlation of every image in ``a`` with every image in ``b``: (len(a), len(b))."""
+
+    def standardised(images: np.ndarray) -> np.ndarray:
+        flat = _downsample(np.asarray(images, dtype=np.float64), downsample).reshape(len(images), -1)
+        flat = flat - flat.mean(axis=1, keepdims=True)
+        return flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-12)
+
+    return standardised(a) @ standardised(b).T
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """SSIM of each pair a[k], b[k] (scikit-image, data range 1, channels averaged): shape (n,)."""
+    from skimage.metrics import structural_similarity
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 4:
+        raise ValueError(f"ssim needs two (n, C, H, W) arrays of one shape, got {a.shape} and {b.shape}")
+    side = min(a.shape[2:])
+    window = min(7, side if side % 2 else side - 1)  # scikit-image needs an odd window inside the image
+    scores = [
+        structural_similarity(x, y, data_range=1.0, channel_axis=0, win_size=window)
+        for x, y in zip(a, b, strict=True)
+    ]
+    return np.array(scores)
+
+
+def mse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Mean squared pixel error of each pair: shape (n,)."""
+    return np.square(np.asarray(a, np.float64) - np.asarray(b, np.float64)).reshape(len(a), -1).mean(axis=1)
+
+
+def lpips(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """LPIPS (v0.1 weights, via ``nn_recon.lpips``) of each pair: shape (n,)."""
+    import torch
+
+    from nn_recon.lpips import lpips_distance
+
+    distance = lpips_distance(
+        torch.as_tensor(np.asarray(a, np.float32)), torch.as_tensor(np.asarray(b, np.float32))
+    )
+    return distance.detach().cpu().numpy().reshape(len(a))
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """For every training image, its nearest reconstruction (by NCC) and their SSIM."""
+
+    train_index: np.ndarray
+    recon_index: np.ndarray
+    ncc: np.ndarray
+    ssim: np.ndarray
+
+    def successes(self, thresholds: Sequence[float] = THRESHOLDS) -> dict[float, int]:
+        """How many training images have a reconstruction with SSIM at or above each threshold."""
+        return {t: int(np.sum(self.ssim >= t)) for t in thresholds}
+
+    def ranked(self) -> np.ndarray:
+        """Positions into this result, best SSIM first."""
+        return np.argsort(-self.ssim, kind="stable")
+
+
+def match(
+    reconstructions: np.ndarray,
+    train_images: np.ndarray,
+    downsample: int = 1,
+    recon_labels: np.ndarray | None = None,
+    train_labels: np.ndarray | None = None,
+    candidates: int = 5,
+) -> MatchResult:
+    """Match every training image to a reconstruction and score the pair with SSIM.
+
+    The ``candidates`` reconstructions nearest by NCC (only those of the same class when labels
+    are given) are scored and the best SSIM is kept, so that NCC only has to shortlist.
+    """
+    if len(reconstructions) == 0:
+        raise ValueError("there are no reconstructions to match")
+    if reconstructions.shape[1:] != train_images.shape[1:]:
+        raise ValueError(f"reconstructions {reconstructions.shape[1:]} and training images "
+                         f"{train_images.shape[1:]} differ in shape")  # fmt: skip
+    similarity = pairwise_ncc(train_images, reconstructions, downsample)
+    if recon_labels is not None and train_labels is not None:
+        similarity = np.where(train_labels[:, None] == recon_labels[None, :], similarity, -np.inf)
+    k = min(candidates, similarity.shape[1])
+    shortlist = np.argsort(-similarity, axis=1, kind="stable")[:, :k]
+    train_rows = np.repeat(np.arange(len(train_images)), k)
+    scores = ssim(train_images[train_rows], reconstructions[shortlist.reshape(-1)]).reshape(-1, k)
+    scores = np.where(np.isfinite(np.take_along_axis(similarity, shortlist, 1)), scores, -np.inf)
+    best = scores.argmax(axis=1)
+    recon_index = shortlist[np.arange(len(train_images)), best]
+    return MatchResult(
+        train_index=np.arange(len(train_images)),
+        recon_index=recon_index,
+        ncc=similarity[np.arange(len(train_images)), recon_index],
+        ssim=scores[np.arange(len(train_images)), best],
+    )

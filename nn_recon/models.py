@@ -1,0 +1,143 @@
+"""Target networks of the attack papers' shape, written once for training, batching and double-backward.
+
+MLPs and small CNNs with ReLU and a bias on the first layer only, so the network is positively
+homogeneous in its parameters (the setting of the KKT conditions). ``Network.forward`` takes an
+optional surrogate sharpness β: the forward values stay ReLU's, the derivative becomes
+sigmoid(βz) (the derivative of softplus_β), which the attack needs to differentiate through.
+Everything else goes through :func:`torch.func.functional_call` with a parameter dict.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from nn_recon.errors import ReconInputError
+
+ARCHITECTURE_KINDS = ("mlp", "cnn")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A network: ``kind`` mlp (hidden widths) or cnn (conv channels, 3x3 stride 2), input shape, outputs.
+
+    ``num_outputs`` is 1 for a binary task (the sign of the output is the class) and K for K classes.
+    """
+
+    kind: str
+    widths: tuple[int, ...]
+    input_shape: tuple[int, int, int]
+    num_outputs: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARCHITECTURE_KINDS:
+            raise ReconInputError(f"unknown architecture {self.kind!r}; choose one of {ARCHITECTURE_KINDS}")
+        if not self.widths or min(self.widths) < 1:
+            raise ReconInputError(f"architecture widths must be positive integers, got {self.widths}")
+        object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
+        object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
+
+    @classmethod
+    def parse(cls, spec: str, input_shape: tuple[int, int, int], num_outputs: int) -> Architecture:
+        """From ``"mlp:1000,1000"`` or ``"cnn:16,32"``."""
+        kind, _, widths = spec.partition(":")
+        try:
+            parsed = tuple(int(w) for w in widths.split(",")) if widths else ()
+        except ValueError:
+            parsed = None
+        if parsed is None or not parsed:
+            raise ReconInputError(f"architecture {spec!r} must look like mlp:1000,1000 or cnn:16,32")
+        return cls(kind, parsed, input_shape, num_outputs)
+
+    @property
+    def spec(self) -> str:
+        return f"{self.kind}:{','.join(map(str, self.widths))}"
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "widths": list(self.widths),
+            "input_shape": list(self.input_shape),
+            "num_outputs": self.num_outputs,
+        }
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Architecture:
+        return cls(
+            values["kind"], tuple(values["widths"]), tuple(values["input_shape"]), values["num_outputs"]
+        )
+
+
+def relu_with_surrogate_gradient(z: torch.Tensor, beta: torch.Tensor | float | None) -> torch.Tensor:
+    """ReLU's values; if ``beta`` is given, the gradient sigmoid(βz) of softplus_β (twice differentiable)."""
+    if beta is None:
+        return F.relu(z)
+    smooth = F.softplus(z * beta) / beta
+    return F.relu(z).detach() + (smooth - smooth.detach())
+
+
+class Network(nn.Module):
+    """An MLP or CNN of :class:`Architecture`; bias on the first layer only, ReLU between layers."""
+
+    def __init__(self, architecture: Architecture) -> None:
+        super().__init__()
+        self.architecture = architecture
+        channels, height, width = architecture.input_shape
+        layers: list[nn.Module] = []
+        if architecture.kind == "mlp":
+            sizes = [channels * height * width, *architecture.widths]
+            for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+                layers.append(nn.Linear(fan_in, fan_out, bias=i == 0))
+            flat = sizes[-1]
+        else:
+            sizes = [channels, *architecture.widths]
+            for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+                layers.append(nn.Conv2d(fan_in, fan_out, 3, stride=2, padding=1, bias=i == 0))
+                height, width = math.ceil(height / 2), math.ceil(width / 2)
+            flat = sizes[-1] * height * width
+        self.hidden = nn.ModuleList(layers)
+        self.readout = nn.Linear(flat, architecture.num_outputs, bias=False)
+
+    def forward(self, x: torch.Tensor, surrogate_beta: torch.Tensor | float | None = None) -> torch.Tensor:
+        """Outputs (n, num_outputs) of images (n, C, H, W)."""
+        h = x.flatten(1) if self.architecture.kind == "mlp" else x
+        for layer in self.hidden:
+            h = relu_with_surrogate_gradient(layer(h), surrogate_beta)
+        return self.readout(h.flatten(1))
+
+    def scale_first_layer(self, factor: float) -> None:
+        """Shrink the first layer at initialisation, as the attack papers do (their "small init")."""
+        with torch.no_grad():
+            for p in self.hidden[0].parameters():
+                p.mul_(factor)
+
+
+def build_network(architecture: Architecture, seed: int, first_layer_scale: float = 1.0) -> Network:
+    """A freshly initialised network, reproducible from ``seed``."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        network = Network(architecture)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    network.scale_first_layer(first_layer_scale)
+    return network
+
+
+def margins(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The quantity a correct classifier makes positive: y·Φ (binary, y = ±1) or Φ_y − max_{j≠y} Φ_j."""
+    if outputs.shape[-1] == 1:
+        return (2 * labels - 1).to(outputs.dtype) * outputs[..., 0]
+    own = outputs.gather(-1, labels[..., None])[..., 0]
+    others = outputs.masked_fill(F.one_hot(labels, outputs.shape[-1]).bool(), -torch.inf)
+    return own - others.amax(-1)
+
+
+def predict(outputs: torch.Tensor) -> torch.Tensor:
+    """Class indices from outputs: the sign for one output, the argmax for several."""
+    return (outputs[..., 0] > 0).long() if outputs.shape[-1] == 1 else outputs.argmax(-1)

@@ -1,0 +1,238 @@
+"""Train a target model with full-batch gradient descent, checkpointed, and save what the attack needs.
+
+A saved model is a plain dict of tensors and primitives (``torch.load(weights_only=True)`` reads it):
+architecture, parameters, the per-pixel data mean, the task's classes, the training loss, and the
+training set itself so that ``match`` can score reconstructions against it (the attack never reads it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from nn_recon.data import TaskData, make_task
+from nn_recon.errors import ReconInputError
+from nn_recon.models import Architecture, Network, build_network, margins, predict
+from nn_recon.progress import progress
+
+MODEL_FORMAT = "nn-recon-model/1"
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train a target. Defaults: the papers' small-init ReLU MLP on 50 odd and 50 even MNIST digits."""
+
+    dataset: str = "mnist"
+    task: str = "odd-even"
+    per_class: int = 50
+    architecture: str = "mlp:1000,1000"
+    lr: float = 0.01
+    max_steps: int = 100_000
+    target_loss: float = 1e-4
+    first_layer_scale: float = 1e-3
+    weight_decay: float = 0.0
+    dtype: str = "float32"
+    device: str = "auto"
+    seed: int = 0
+    checkpoint_every: int = 1000
+    data_root: str | None = None
+
+
+@dataclass
+class TrainedModel:
+    """A network and everything the attack and the metrics need to know about it."""
+
+    network: Network
+    mean: np.ndarray
+    classes: tuple[str, ...]
+    train_loss: float
+    steps: int
+    config: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+    seconds: float = 0.0
+    train_images: np.ndarray | None = None
+    train_labels: np.ndarray | None = None
+
+    @property
+    def architecture(self) -> Architecture:
+        return self.network.architecture
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        return {name: p.detach() for name, p in self.network.named_parameters()}
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ReconInputError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ReconInputError(f"dtype must be one of {list(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
+def training_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean logistic loss of the binary margin, or cross-entropy for several classes."""
+    if outputs.shape[-1] == 1:
+        return F.softplus(-margins(outputs, labels)).mean()
+    return F.cross_entropy(outputs, labels)
+
+
+def accuracy(model: TrainedModel, images: np.ndarray, labels: np.ndarray) -> float:
+    """Fraction of ``images`` (in [0, 1]) the model classifies as ``labels``."""
+    p = next(model.network.parameters())
+    x = torch.as_tensor(images - model.mean, dtype=p.dtype, device=p.device)
+    with torch.no_grad():
+        predicted = predict(model.network(x)).cpu().numpy()
+    return float((predicted == labels).mean())
+
+
+def _objective(network: Network, x: torch.Tensor, y: torch.Tensor, weight_decay: float) -> torch.Tensor:
+    loss = training_loss(network(x), y)
+    if weight_decay:
+        loss = loss + 0.5 * weight_decay * sum(p.square().sum() for p in network.parameters())
+    return loss
+
+
+def train_target(
+    config: TrainConfig,
+    checkpoint: str | Path | None = None,
+    data: TaskData | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainedModel:
+    """Full-batch gradient descent until the training loss reaches ``target_loss`` or ``max_steps``.
+
+    With ``checkpoint`` the state is written there every ``checkpoint_every`` steps and a run with
+    the same config resumes from it; gradient descent is deterministic, so the result is the same.
+    """
+    data = data or make_task(
+        config.dataset, config.task, config.per_class, root=config.data_root, seed=config.seed
+    )
+    device, dtype = resolve_device(config.device), resolve_dtype(config.dtype)
+    num_outputs = 1 if data.num_classes == 2 else data.num_classes
+    architecture = Architecture.parse(config.architecture, data.images.shape[1:], num_outputs)
+    network = build_network(architecture, config.seed, config.first_layer_scale).to(device, dtype)
+    mean = data.mean
+    x = torch.as_tensor(data.images - mean, dtype=dtype, device=device)
+    y = torch.as_tensor(data.labels, device=device)
+    step, history = 0, []
+    checkpoint = Path(checkpoint) if checkpoint else None
+    if checkpoint:
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    if checkpoint and checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=True, map_location=device)
+        if state.get("config") != asdict(config):
+            raise ReconInputError(
+                f"checkpoint {checkpoint} was written for another config; delete it to start over"
+            )
+        network.load_state_dict(state["state_dict"])
+        step, history = state["step"], list(state["history"])
+
+    def save_checkpoint(next_step: int) -> None:
+        state = {"config": asdict(config), "state_dict": network.state_dict(), "step": next_step}
+        torch.save({**state, "history": history}, checkpoint.with_suffix(".tmp"))
+        checkpoint.with_suffix(".tmp").replace(checkpoint)
+
+    started = time.perf_counter()
+    for step in progress(range(step, config.max_steps + 1), config.max_steps + 1 - step, "train"):  # noqa: B020
+        network.zero_grad(set_to_none=True)
+        loss = _objective(network, x, y, config.weight_decay)
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):
+            raise ReconInputError(f"training diverged (loss {loss_value}) at step {step}; lower --lr")
+        if step % 100 == 0:
+            history.append((step, loss_value))
+            if on_step:
+                on_step(step, loss_value)
+        if loss_value <= config.target_loss or step == config.max_steps:
+            break
+        loss.backward()
+        with torch.no_grad():
+            for p in network.parameters():
+                p.sub_(config.lr * p.grad)
+        if checkpoint and (step + 1) % config.checkpoint_every == 0:
+            save_checkpoint(step + 1)
+    with torch.no_grad():
+        final_loss = training_loss(network(x), y).item()
+    seconds = time.perf_counter() - started
+    return TrainedModel(
+        network,
+        mean,
+        data.classes,
+        final_loss,
+        step,
+        asdict(config),
+        history,
+        seconds,
+        data.images,
+        data.labels,
+    )
+
+
+def save_model(model: TrainedModel, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "format": MODEL_FORMAT,
+        "architecture": model.architecture.to_dict(),
+        "state_dict": {k: v.detach().cpu() for k, v in model.network.state_dict().items()},
+        "mean": torch.as_tensor(model.mean),
+        "classes": list(model.classes),
+        "train_loss": model.train_loss,
+        "steps": model.steps,
+        "config": model.config,
+        "history": [list(h) for h in model.history],
+    }
+    if model.train_images is not None:
+        state["train_images"] = torch.as_tensor(model.train_images)
+        state["train_labels"] = torch.as_tensor(model.train_labels)
+    torch.save(state, path)
+    return path
+
+
+def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None) -> TrainedModel:
+    """Read a model written by :func:`save_model`; anything else is a clear error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ReconInputError(f"model file {path} does not exist")
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:
+        raise ReconInputError(f"{path} is not a model file written by nn-recon train ({error})") from None
+    if not isinstance(state, dict) or state.get("format") != MODEL_FORMAT:
+        raise ReconInputError(
+            f"{path} is not a model file written by nn-recon train (no {MODEL_FORMAT!r} tag)"
+        )
+    try:
+        architecture = Architecture.from_dict(state["architecture"])
+        network = Network(architecture)
+        network.load_state_dict(state["state_dict"])
+    except (KeyError, TypeError, RuntimeError) as error:
+        raise ReconInputError(f"{path} has an unknown or inconsistent architecture: {error}") from None
+    stored_dtype = next(iter(state["state_dict"].values())).dtype
+    network = network.to(resolve_device(device), resolve_dtype(dtype) if dtype else stored_dtype)
+    images = state.get("train_images")
+    labels = state.get("train_labels")
+    return TrainedModel(
+        network=network,
+        mean=state["mean"].numpy(),
+        classes=tuple(state["classes"]),
+        train_loss=float(state["train_loss"]),
+        steps=int(state["steps"]),
+        config=dict(state["config"]),
+        history=[tuple(h) for h in state.get("history", [])],
+        train_images=None if images is None else images.numpy(),
+        train_labels=None if labels is None else labels.numpy(),
+    )
