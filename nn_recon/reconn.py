@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nn_recon.errors import ReconInputError
+from nn_recon.progress import progress
 
 CHECKPOINT_FORMAT = "nn-recon-reconn/1"
 
@@ -96,13 +96,11 @@ def train_reconstructor(
     features: torch.Tensor,
     images: torch.Tensor,
     checkpoint: str | Path | None = None,
-    progress: Callable[[int, int, float], None] | None = None,
 ) -> Reconstructor:
     """Fit a RecoNN on (K, F) representations and their (K, C, H, W) target images.
 
     With ``checkpoint``, the state is saved there every ``checkpoint_every`` epochs and at the end,
-    and a run with the same config and data resumes from it. ``progress(epoch, epochs, loss)``
-    is called after every epoch.
+    and a run with the same config and data resumes from it.
     """
     if features.ndim != 2 or len(features) != len(images) or len(features) < 2:
         raise ReconInputError(
@@ -143,16 +141,12 @@ def train_reconstructor(
         )
         temporary.replace(path)
 
-    for epoch in range(first_epoch, config.epochs):
-        total = 0.0
+    for epoch in progress(range(first_epoch, config.epochs), config.epochs - first_epoch, "RecoNN epochs"):
         for batch in torch.randperm(len(features), generator=generator).split(config.batch_size):
             optimiser.zero_grad()
             loss = reconstruction_loss(config, model(features[batch]), images[batch])
             loss.backward()
             optimiser.step()
-            total += loss.item() * len(batch)
-        if progress is not None:
-            progress(epoch + 1, config.epochs, total / len(features))
         if path is not None and ((epoch + 1) % config.checkpoint_every == 0 or epoch + 1 == config.epochs):
             save(epoch + 1)
     return model.eval()

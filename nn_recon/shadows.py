@@ -27,6 +27,7 @@ from torch.func import functional_call, grad, vmap
 
 from nn_recon.dp import DPConfig, clipped_sum, noise_multiplier
 from nn_recon.errors import ReconInputError
+from nn_recon.progress import progress
 
 FARM_FORMAT = "nn-recon-shadow-farm/1"
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -308,13 +309,11 @@ def build_farm(
     targets_y: torch.Tensor,
     folder: str | Path | None = None,
     backend: str = "local",
-    progress: Callable[[int, int], None] | None = None,
 ) -> Farm:
     """Train one model per target (or reuse the chunks already saved in ``folder``).
 
     ``backend`` is "local" (default: chunk after chunk in this process) or "ray" (each missing
     chunk a Ray task; needs ``pip install ray`` and a running cluster or ``ray.init()``).
-    ``progress(done, total)`` is called after each chunk.
     """
     if backend not in ("local", "ray"):
         raise ReconInputError(f"backend must be 'local' or 'ray', got {backend!r}")
@@ -341,13 +340,11 @@ def build_farm(
             temporary = path / f"chunk_{chunk.index:05d}.pt.tmp"
             torch.save(flat, temporary)
             temporary.replace(path / f"chunk_{chunk.index:05d}.pt")
-        if progress is not None:
-            progress(len(results), len(chunks))
 
     if backend == "ray":
         _run_on_ray(config, x_minus, y_minus, missing, finish)
     else:
-        for chunk in missing:
+        for chunk in progress(missing, len(missing), f"shadow chunks of {config.chunk_size}"):
             finish(chunk, train_chunk(config, x_minus, y_minus, chunk))
     params = torch.cat([results[c.index] for c in chunks])
     return Farm(config, params, targets_x, targets_y)
@@ -363,7 +360,7 @@ def _run_on_ray(config, x_minus, y_minus, chunks: list[Chunk], finish: Callable[
     remote = ray.remote(train_chunk)
     shared = [ray.put(value) for value in (config, x_minus, y_minus)]  # shipped once, not per chunk
     pending = {remote.remote(*shared, chunk): chunk for chunk in chunks}
-    while pending:
+    for _ in progress(range(len(pending)), len(pending), f"shadow chunks of {config.chunk_size} (ray)"):
         done, _ = ray.wait(list(pending), num_returns=1)
         finish(pending.pop(done[0]), ray.get(done[0]))
 

@@ -10,28 +10,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
+import torch.nn.functional as F
 
 from bayes_recon.measure import WeightedMeasure
 from nn_recon.data import load_dataset
 from nn_recon.errors import ReconInputError
-from nn_recon.informed_metrics import (
-    InformedScores,
-    reconstruction_measure,
-    save_comparison_grid,
-    score_reconstructions,
-    train_evaluation_classifier,
-)
+from nn_recon.metrics import InformedScores, score_informed
 from nn_recon.reconn import ReconnConfig, reconstruct, train_reconstructor
-from nn_recon.shadows import Farm, FarmConfig, accuracy, build_farm, logits_on_probes
+from nn_recon.shadows import ClassifierMLP, Farm, FarmConfig, accuracy, build_farm, logits_on_probes
 
 REPRESENTATIONS = ("weights", "logits")
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -113,21 +105,16 @@ def _split(config: InformedAttackConfig):
     )
 
 
-def run_informed_attack(
-    config: InformedAttackConfig, out: str | Path, progress: Progress | None = None
-) -> InformedAttackResult:
+def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> InformedAttackResult:
     """Train (or reuse) the farms under ``out``, fit the RecoNN, reconstruct and score the targets."""
     out = Path(out)
-    report = progress or (lambda stage, done, total: None)
     timings: dict[str, float] = {}
     (train_x, train_y), (x_minus, y_minus), (shadow_x, shadow_y), (test_x, test_y) = _split(config)
     target_x, target_y = test_x[: config.targets], test_y[: config.targets]
 
     def farm(name: str, xs: torch.Tensor, ys: torch.Tensor) -> Farm:
         start = time.perf_counter()
-        result = build_farm(
-            config.farm, x_minus, y_minus, xs, ys, out / name, progress=lambda d, t: report(name, d, t)
-        )
+        result = build_farm(config.farm, x_minus, y_minus, xs, ys, out / name)
         timings[f"{name}_s"] = time.perf_counter() - start
         return result
 
@@ -146,7 +133,6 @@ def run_informed_attack(
         shadow_features,
         shadow_x,
         checkpoint=out / f"reconn_{config.representation}_{len(shadow_x)}.pt",
-        progress=lambda epoch, epochs, loss: report("reconn", epoch, epochs),
     )
     reconstructions = reconstruct(reconstructor, released_features)
     timings["reconn_s"] = time.perf_counter() - start
@@ -154,11 +140,11 @@ def run_informed_attack(
     start = time.perf_counter()
     pool = torch.cat([x_minus, shadow_x])
     classifier = train_evaluation_classifier(train_x, train_y, seed=config.seed)
-    scores = score_reconstructions(target_x, reconstructions, pool, classifier)
+    scores = score_informed(target_x.numpy(), reconstructions.numpy(), pool.numpy(), classifier)
     released_accuracy = float(accuracy(released.params, config.farm, test_x, test_y).mean())
     timings["metrics_s"] = time.perf_counter() - start
-    measure = reconstruction_measure(
-        reconstructions,
+    measure = WeightedMeasure.empirical(
+        {"image": reconstructions.numpy()},
         attack="informed-reconn",
         config=asdict(config),
         target_labels=target_y.tolist(),
@@ -171,5 +157,49 @@ def run_informed_attack(
         timings=timings,
         targets=target_x,
         reconstructions=reconstructions,
-        oracles=pool[torch.from_numpy(np.asarray(scores.oracle_index))],
+        oracles=pool[torch.from_numpy(scores.oracle_index)],
     )
+
+
+def train_evaluation_classifier(images: torch.Tensor, labels: torch.Tensor, epochs: int = 3, seed: int = 0):
+    """The KL metric's separately trained classifier: a 784-256-10 ReLU MLP, Adam on mini-batches."""
+    torch.manual_seed(seed)
+    classifier = ClassifierMLP((math.prod(images.shape[1:]), 256, int(labels.max()) + 1), "relu")
+    optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(images), generator=generator).split(128):
+            optimiser.zero_grad()
+            F.cross_entropy(classifier(images[batch]), labels[batch]).backward()
+            optimiser.step()
+    return classifier.eval()
+
+
+def save_comparison_grid(
+    path: str | Path,
+    targets: torch.Tensor,
+    reconstructions: torch.Tensor,
+    oracles: torch.Tensor,
+    columns: int = 10,
+) -> Path:
+    """A PNG with rows target / reconstruction / oracle neighbour for the first ``columns`` targets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(columns, len(targets))
+    rows = (("target", targets), ("reconstruction", reconstructions), ("NN oracle", oracles))
+    figure, axes = plt.subplots(3, columns, figsize=(1.2 * columns, 3.8), squeeze=False)
+    for r, (title, images) in enumerate(rows):
+        for c in range(columns):
+            image = images[c].permute(1, 2, 0).squeeze(-1).numpy()
+            axes[r, c].imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
+            axes[r, c].set_xticks([])
+            axes[r, c].set_yticks([])
+        axes[r, 0].set_ylabel(title, fontsize=8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return path

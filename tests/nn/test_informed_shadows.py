@@ -93,10 +93,7 @@ def test_dp_noise_shrinks_with_epsilon_and_clipping_bounds_each_example():
 def test_farm_saves_chunks_and_resumes(tmp_path):
     config = FarmConfig(**{**CONFIG.to_dict(), "chunk_size": 2, "epochs": 3})
     x_minus, y_minus, targets_x, targets_y = _data(k=5)
-    calls = []
-    first = build_farm(
-        config, x_minus, y_minus, targets_x, targets_y, tmp_path, progress=lambda d, t: calls.append(d)
-    )
+    first = build_farm(config, x_minus, y_minus, targets_x, targets_y, tmp_path)
     assert sorted(p.name for p in tmp_path.glob("chunk_*.pt")) == [f"chunk_0000{i}.pt" for i in range(3)]
     (tmp_path / "chunk_00001.pt").unlink()
     second = build_farm(config, x_minus, y_minus, targets_x, targets_y, tmp_path)
