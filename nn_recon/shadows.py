@@ -30,28 +30,28 @@ from nn_recon.errors import ReconInputError
 from nn_recon.progress import progress
 
 FARM_FORMAT = "nn-recon-shadow-farm/1"
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "elu": F.elu,
-    "relu": F.relu,
-    "tanh": torch.tanh,
-}
+ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 
 
 class ClassifierMLP(nn.Module):
-    """A fully connected classifier ``widths[0] -> ... -> widths[-1]`` with biases and one activation."""
+    """A fully connected classifier ``widths[0] -> ... -> widths[-1]`` with biases and one activation.
+
+    Split as ``first`` (the input layer) and ``tail`` (everything after its pre-activation), so the
+    farm can run the input layer, where nearly all the work is, as one matrix product for all models.
+    """
 
     def __init__(self, widths: Sequence[int], activation: str = "elu") -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ReconInputError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
-        self.activation = ACTIVATIONS[activation]
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
+        self.first = nn.Linear(widths[0], widths[1])
+        tail: list[nn.Module] = []
+        for a, b in itertools.pairwise(widths[1:]):
+            tail += [ACTIVATIONS[activation](), nn.Linear(a, b)]
+        self.tail = nn.Sequential(*tail)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.flatten(1)
-        for layer in self.layers[:-1]:
-            h = self.activation(layer(h))
-        return self.layers[-1](h)
+        return self.tail(self.first(x.flatten(1)))
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,7 @@ def train_models(
     ``config.dp`` is private (then ``noise_seed`` fixes the Gaussian noise).
     """
     network = config.network()
+    x_minus, targets_x = x_minus.flatten(1), targets_x.flatten(1)
     n = len(x_minus) + 1
     sigma = noise_multiplier(config.dp, config.epochs * len(_batches(config, n, 0)))
     generator = torch.Generator().manual_seed(noise_seed)
@@ -161,10 +162,30 @@ def train_models(
     def summed_loss(p, x, y):
         return F.cross_entropy(functional_call(network, p, (x,)), y, reduction="sum")
 
-    def model_gradient(p, x, y, target_x, target_y, has_target):
-        g = grad(summed_loss)(p, x, y)
-        g_target = grad(summed_loss)(p, target_x[None], target_y[None])
-        return {name: g[name] + has_target * g_target[name] for name in g}
+    def tail_loss(tail_params, pre_activation, y):
+        return F.cross_entropy(
+            functional_call(network.tail, tail_params, (pre_activation,)), y, reduction="sum"
+        )
+
+    # pre-activations are laid out (n, k, h), the matrix product's own layout, so the tail's
+    # softmax and activations run on contiguous memory
+    shared_tail_gradient = vmap(grad(tail_loss, argnums=(0, 1)), in_dims=(0, 1, None), out_dims=(0, 1))
+    target_tail_gradient = vmap(grad(tail_loss, argnums=(0, 1)))
+
+    def batched_gradient(p, x, y, has_target):
+        """Σ_batch ∇ loss for every model. The input layer's forward pass and weight gradient are
+        one matrix product each over all models (x is shared), the small tail is vmapped."""
+        w, b = p["first.weight"], p["first.bias"]
+        tail_params = {name.removeprefix("tail."): q for name, q in p.items() if name.startswith("tail.")}
+        g_tail, g_pre = shared_tail_gradient(tail_params, torch.einsum("nd,khd->nkh", x, w) + b, y)
+        target_pre = torch.einsum("kd,khd->kh", targets_x, w) + b
+        t_tail, t_pre = target_tail_gradient(tail_params, target_pre[:, None], targets_y[:, None])
+        t_pre = has_target * t_pre[:, 0]
+        grads = {
+            "first.weight": torch.einsum("nkh,nd->khd", g_pre, x) + t_pre[:, :, None] * targets_x[:, None],
+            "first.bias": g_pre.sum(0) + t_pre,
+        }
+        return grads | {f"tail.{name}": g + has_target * t_tail[name] for name, g in g_tail.items()}
 
     def example_gradients(p, x, y):
         return vmap(grad(summed_loss), in_dims=(None, 0, 0))(p, x[:, None], y[:, None])
@@ -177,7 +198,6 @@ def train_models(
     # per-example gradients take k·n·P floats: DP passes hold at most ~2**28 of them (1 GiB)
     n_params = sum(p[0].numel() for p in params.values())
     models_per_pass = max(1, 2**28 // (n * n_params))
-    batched_gradient = vmap(model_gradient, in_dims=(0, None, None, 0, 0, None))
     batched_private_gradient = vmap(private_model_gradient, in_dims=(0, None, None, 0, 0, 0))
     params = {name: p.clone() for name, p in params.items()}
     velocity = {name: torch.zeros_like(p) for name, p in params.items()}
@@ -200,9 +220,7 @@ def train_models(
                 ]  # fmt: skip
                 grads = {name: torch.cat([piece[name] for piece in pieces]) for name in params}
             else:
-                grads = batched_gradient(
-                    params, x_minus[rows], y_minus[rows], targets_x, targets_y, has_target
-                )
+                grads = batched_gradient(params, x_minus[rows], y_minus[rows], has_target)
             with torch.no_grad():
                 for name, p in params.items():
                     velocity[name].mul_(config.momentum).add_(grads[name], alpha=1.0 / len(batch))

@@ -51,8 +51,8 @@ def test_batched_training_equals_one_model_at_a_time(same_init):
         )
         for name in single:
             torch.testing.assert_close(batched[name][i], single[name], rtol=1e-10, atol=1e-12)
-    assert not torch.allclose(batched["layers.0.weight"][0], start["layers.0.weight"][0])
-    distinct_starts = not torch.equal(start["layers.0.weight"][0], start["layers.0.weight"][1])
+    assert not torch.allclose(batched["first.weight"][0], start["first.weight"][0])
+    distinct_starts = not torch.equal(start["first.weight"][0], start["first.weight"][1])
     assert distinct_starts == (not same_init)
 
 
