@@ -3,7 +3,8 @@
 Same models both ways: the Balle et al. MNIST setting (D⁻ of 1,000 MNIST training images, a
 784-10-10 ELU MLP, 100 epochs of full-batch GD with momentum, same initialisation). One at a
 time is the ordinary torch.optim.SGD loop (``train_one_model``); batched is ``train_models`` on
-a chunk. Both are timed with 1 and 2 torch threads. The machine is shared, so timings are noisy.
+a chunk. Both are timed with 1 and 2 torch threads; the bar compares each at its best thread
+count. The machine is shared, so timings are noisy.
 
     PYTHONPATH=. python benchmarks/shadow_throughput.py [--batched 1000] [--single 10] [--json PATH]
 """
@@ -63,11 +64,16 @@ def main() -> None:
             f"{r['threads']:7d} {r['one_at_a_time_models_per_s']:16.2f} {r['batched_models_per_s']:10.2f} "
             f"{r['speedup']:8.1f} {r['projected_k10000_s']:17.0f}"
         )
-    best = max(r["speedup"] for r in rows)
-    print(f"best speedup {best:.1f}x (bar >= 10x: {'met' if best >= 10 else 'NOT met'})")
+    # the bar compares each way at its own best thread count, so contention cannot inflate it
+    best_single = max(r["one_at_a_time_models_per_s"] for r in rows)
+    best_batched = max(r["batched_models_per_s"] for r in rows)
+    best = best_batched / best_single
+    print(
+        f"best batched / best one-at-a-time: {best:.1f}x (bar >= 10x: {'met' if best >= 10 else 'NOT met'})"
+    )
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"config": config.to_dict(), "rows": rows}, indent=2))
+    path.write_text(json.dumps({"config": config.to_dict(), "rows": rows, "best_speedup": best}, indent=2))
     print(f"wrote {path}")
 
 
