@@ -22,8 +22,17 @@ from nn_recon.errors import ReconInputError
 DATASETS = ("digits", "mnist", "fashion-mnist", "cifar10")
 TASKS = ("odd-even", "vehicles-animals", "multiclass")
 CIFAR10_CLASSES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-)  # fmt: skip
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 CIFAR10_VEHICLES = (0, 1, 8, 9)
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 

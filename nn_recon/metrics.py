@@ -101,8 +101,10 @@ def match(
     if len(reconstructions) == 0:
         raise ValueError("there are no reconstructions to match")
     if reconstructions.shape[1:] != train_images.shape[1:]:
-        raise ValueError(f"reconstructions {reconstructions.shape[1:]} and training images "
-                         f"{train_images.shape[1:]} differ in shape")  # fmt: skip
+        raise ValueError(
+            f"reconstructions {reconstructions.shape[1:]} and training images "
+            f"{train_images.shape[1:]} differ in shape"
+        )
     similarity = pairwise_ncc(train_images, reconstructions, downsample)
     if recon_labels is not None and train_labels is not None:
         similarity = np.where(train_labels[:, None] == recon_labels[None, :], similarity, -np.inf)

@@ -1,0 +1,56 @@
+"""Pictures and tables of a reconstruction; the CLI prints what these return, nothing here prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from nn_recon.metrics import THRESHOLDS, MatchResult
+
+
+def success_table(result: MatchResult, thresholds: tuple[float, ...] = THRESHOLDS) -> str:
+    """How many of the training images were reconstructed at each SSIM threshold, as text."""
+    n = len(result.ssim)
+    rows = [f"{'SSIM >=':>8} | {'reconstructed':>13} | {'of':>4}", "-" * 33]
+    rows += [f"{t:>8.2f} | {count:>13d} | {n:>4d}" for t, count in result.successes(thresholds).items()]
+    return "\n".join(rows)
+
+
+def _tile(image: np.ndarray) -> np.ndarray:
+    """(C, H, W) in [0, 1] to something ``imshow`` draws: (H, W) grey or (H, W, 3) colour."""
+    return image[0] if image.shape[0] == 1 else np.transpose(image, (1, 2, 0))
+
+
+def save_match_grid(
+    result: MatchResult,
+    reconstructions: np.ndarray,
+    train_images: np.ndarray,
+    path: str | Path,
+    columns: int = 10,
+    rows: int = 2,
+) -> Path:
+    """PNG of the best ``columns * rows`` pairs: each reconstruction above its training image, with SSIM."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    best = result.ranked()[: columns * rows]
+    rows = max(1, -(-len(best) // columns))
+    figure, axes = plt.subplots(2 * rows, columns, figsize=(columns * 1.1, rows * 2.4), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    grey = {"cmap": "gray", "vmin": 0, "vmax": 1}
+    for k, position in enumerate(best):
+        row, column = 2 * (k // columns), k % columns
+        axes[row, column].imshow(_tile(reconstructions[result.recon_index[position]]), **grey)
+        axes[row, column].set_title(f"{result.ssim[position]:.2f}", fontsize=8)
+        axes[row + 1, column].imshow(_tile(train_images[result.train_index[position]]), **grey)
+    figure.suptitle("best reconstructions (SSIM above) over their nearest training images", fontsize=9)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

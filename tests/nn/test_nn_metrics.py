@@ -1,0 +1,45 @@
+import numpy as np
+import pytest
+
+from nn_recon.data import load_digits
+from nn_recon.metrics import match, mse, pairwise_ncc, ssim
+from nn_recon.report import save_match_grid, success_table
+
+
+def test_ssim_of_an_image_with_itself_is_one_and_drops_with_noise():
+    images, _ = load_digits()
+    a = images[:5]
+    np.testing.assert_allclose(ssim(a, a), 1.0)
+    noisy = np.clip(a + np.random.default_rng(0).normal(0, 0.3, a.shape), 0, 1)
+    assert np.all(ssim(a, noisy) < 0.9)
+    assert np.all(mse(a, a) == 0) and np.all(mse(a, noisy) > 0)
+
+
+def test_ncc_ignores_brightness_and_contrast():
+    images, _ = load_digits()
+    ncc = pairwise_ncc(images[:3], 0.5 * images[:3] + 0.2)
+    np.testing.assert_allclose(np.diag(ncc), 1.0, atol=1e-12)
+    assert pairwise_ncc(images[:3], images[:3], downsample=2).shape == (3, 3)
+
+
+def test_match_finds_each_training_image_among_shuffled_reconstructions(tmp_path):
+    images, labels = load_digits()
+    train = images[:20]
+    order = np.random.default_rng(1).permutation(20)
+    recon = np.concatenate([train[order], images[100:110]])
+    result = match(
+        recon,
+        train,
+        recon_labels=np.concatenate([labels[:20][order], labels[100:110]]),
+        train_labels=labels[:20],
+    )
+    np.testing.assert_array_equal(order[result.recon_index], np.arange(20))
+    assert result.successes() == {0.4: 20, 0.5: 20, 0.6: 20}
+    assert "0.40" in success_table(result)
+    path = save_match_grid(result, recon, train, tmp_path / "grid.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_match_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="differ in shape"):
+        match(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 28, 28)))

@@ -1,0 +1,131 @@
+"""The stationarity objective vanishes at a constructed KKT point and the attack resumes exactly."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
+from nn_recon.errors import ReconInputError
+from nn_recon.models import Architecture, Network, relu_with_surrogate_gradient
+from nn_recon.train import TrainedModel
+
+
+def kkt_network(num_outputs: int, seed: int = 0):
+    """A 2-layer net that is exactly a KKT point of its training set.
+
+    The points form a scaled simplex, so x_j·x_i < −1 for i ≠ j. Hidden unit j has weights κ_j x_j
+    and bias κ_j: it is active on x_j only. Then θ = Σ λ_j ∇ margin_j(θ) holds exactly with
+    λ_j = 1/sqrt(c (‖x_j‖² + 1)), c = 1 for one output (v_j = y_j κ_j sqrt(‖x_j‖²+1)) and c = 2
+    for two outputs (V[y_j, j] = −V[other, j] = λ_j κ_j (‖x_j‖² + 1)).
+    """
+    rng = np.random.default_rng(seed)
+    n, d = 4, 16
+    simplex = np.eye(n) - 1.0 / n
+    basis, _ = np.linalg.qr(rng.normal(size=(d, n)))
+    x = 3.0 * simplex @ basis.T  # pairwise inner products −9/4 · ... < −1
+    assert (x @ x.T)[~np.eye(n, dtype=bool)].max() < -1
+    labels = np.array([0, 1, 0, 1])
+    kappa = rng.uniform(0.5, 2.0, n)
+    sq = (x**2).sum(1) + 1
+    network = Network(Architecture("mlp", (n,), (1, 4, 4), num_outputs)).double()
+    with torch.no_grad():
+        network.hidden[0].weight.copy_(torch.as_tensor(kappa[:, None] * x))
+        network.hidden[0].bias.copy_(torch.as_tensor(kappa))
+        if num_outputs == 1:
+            lam = 1 / np.sqrt(sq)
+            network.readout.weight.copy_(torch.as_tensor(((2 * labels - 1) * kappa * np.sqrt(sq))[None]))
+        else:
+            lam = 1 / np.sqrt(2 * sq)
+            readout = np.zeros((2, n))
+            readout[labels, np.arange(n)] = lam * kappa * sq
+            readout[1 - labels, np.arange(n)] = -lam * kappa * sq
+            network.readout.weight.copy_(torch.as_tensor(readout))
+    mean = np.zeros((1, 4, 4))
+    model = TrainedModel(network, mean, ("a", "b"), train_loss=0.0, steps=0)
+    images = torch.as_tensor(x.reshape(n, 1, 4, 4))
+    return model, images, torch.as_tensor(labels), torch.as_tensor(lam)
+
+
+@pytest.mark.parametrize("num_outputs", [1, 2])
+def test_kkt_loss_vanishes_at_the_constructed_kkt_point(num_outputs):
+    model, images, labels, lam = kkt_network(num_outputs)
+    loss = StationarityLoss(model, labels, "kkt", None)
+    beta = torch.tensor(200.0, dtype=torch.float64)
+    at_truth = loss(images, lam, beta)
+    assert at_truth < 1e-12
+    # The free scale makes λ's overall size irrelevant, but not its shape or the images.
+    assert loss(images, 3 * lam, beta) < 1e-12
+    assert loss(images, lam * torch.tensor([1.0, 2.0, 1.0, 1.0], dtype=torch.float64), beta) > 1e-3
+    assert loss(images + 0.1 * torch.randn_like(images), lam, beta) > 1e-4
+    (grad_x, grad_lam), values = loss.value_and_grad(images[None], lam[None], beta[None])
+    assert values[0] < 1e-12 and grad_x.abs().max() < 1e-5 and grad_lam.abs().max() < 1e-5
+
+
+def test_surrogate_keeps_relu_values_and_its_gradient_tends_to_relus():
+    z = torch.linspace(-1, 1, 2001, dtype=torch.float64, requires_grad=True)
+    away_from_kink = z.detach().abs() > 0.05
+    errors = []
+    for beta in (10.0, 100.0, 1000.0):
+        out = relu_with_surrogate_gradient(z, beta)
+        assert torch.equal(out.detach(), torch.relu(z.detach()))
+        (slope,) = torch.autograd.grad(out.sum(), z)
+        errors.append((slope - (z > 0).double()).abs()[away_from_kink].max().item())
+    assert errors[0] > errors[1] > errors[2] and errors[2] < 1e-10
+
+
+def test_points_fewer_than_classes_is_a_clear_error():
+    with pytest.raises(ReconInputError, match="smaller than the 10 classes"):
+        candidate_labels(5, 10)
+    assert np.bincount(candidate_labels(10, 2)).tolist() == [5, 5]
+
+
+def tiny_attack_setup():
+    torch.manual_seed(0)
+    network = Network(Architecture("mlp", (12,), (1, 4, 4), 1))
+    model = TrainedModel(network, np.full((1, 4, 4), 0.3, np.float32), ("odd", "even"), 0.0, 0)
+    config = StationarityConfig(
+        points=6, runs=3, steps=40, runs_per_batch=2, checkpoint_every=10, device="cpu"
+    )
+    return model, config
+
+
+def test_attack_resumes_to_the_same_result(tmp_path):
+    model, config = tiny_attack_setup()
+    straight = reconstruct(model, config)
+
+    class Interrupt(Exception):
+        pass
+
+    def stop_at_25(step, values):
+        if step == 25:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)
+    assert (tmp_path / "runs" / "batch_0000.ckpt").exists()
+    resumed = reconstruct(model, config, out_dir=tmp_path)
+    for a, b in zip(straight.runs, resumed.runs, strict=True):
+        np.testing.assert_array_equal(a.points["image"], b.points["image"])
+        np.testing.assert_array_equal(a.weights, b.weights)
+    # Finished runs are read back, not recomputed.
+    again = reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)
+    np.testing.assert_array_equal(again.measure.weights, resumed.measure.weights)
+
+
+def test_attack_output_is_a_measure_of_images_in_the_box():
+    model, config = tiny_attack_setup()
+    result = reconstruct(model, config)
+    images = result.measure.points["image"]
+    assert images.shape[1:] == (1, 4, 4) and images.min() >= 0 and images.max() <= 1
+    assert len(result.measure) <= config.runs * config.points and np.all(result.measure.weights >= 0)
+    assert all(math.isfinite(run.meta["loss"]) for run in result.runs) and not result.diverged
+
+
+def test_diverging_runs_are_reported_and_the_rest_kept():
+    model, config = tiny_attack_setup()
+    with torch.no_grad():
+        model.network.readout.weight[0, 0] = math.nan
+    with pytest.raises(ReconInputError, match="diverged"):
+        reconstruct(model, config)
