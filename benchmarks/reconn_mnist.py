@@ -24,6 +24,7 @@ import torch
 
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, run_informed_attack
 from nn_recon.reconn import ReconnConfig
+from nn_recon.report import metric_table
 
 PAPER = {"mean_mse": 0.0089, "mean_oracle_mse": 0.0232}
 
@@ -50,10 +51,7 @@ def main() -> None:
     wall = time.perf_counter() - start
     summary = result.summary()
     print(f"K = {args.shadows} shadow models, {args.targets} released targets, {args.representation}")
-    print(f"{'metric':24} {'ours':>10} {'paper':>10}")
-    for name, value in summary.items():
-        paper = PAPER.get(name)
-        print(f"{name:24} {value:10.4f} {'' if paper is None else f'{paper:10.4f}'}")
+    print(metric_table(summary, PAPER))
     for name, seconds in result.timings.items():
         print(f"{name:24} {seconds:10.1f}")
     below = summary["mean_mse"] < summary["mean_oracle_mse"]

@@ -21,6 +21,7 @@ from nn_recon.data import load_dataset
 from nn_recon.errors import ReconInputError
 from nn_recon.metrics import InformedScores, score_informed
 from nn_recon.reconn import ReconnConfig, reconstruct, train_reconstructor
+from nn_recon.report import save_informed_grid
 from nn_recon.shadows import ClassifierMLP, Farm, FarmConfig, accuracy, build_farm, logits_on_probes
 
 REPRESENTATIONS = ("weights", "logits")
@@ -73,8 +74,8 @@ class InformedAttackResult:
         folder = Path(folder)
         return {
             "measure": self.measure.save(folder / "reconstructions"),
-            "grid": save_comparison_grid(
-                folder / "grid.png", self.targets, self.reconstructions, self.oracles
+            "grid": save_informed_grid(
+                folder / "grid.png", self.targets.numpy(), self.reconstructions.numpy(), self.oracles.numpy()
             ),
         }
 
@@ -105,21 +106,28 @@ def _split(config: InformedAttackConfig):
     )
 
 
+def train_farms(config: InformedAttackConfig, out: str | Path) -> tuple[Farm, Farm, dict[str, float]]:
+    """The released models (one per target) and the shadow farm, trained or reused under ``out``."""
+    out = Path(out)
+    _, (x_minus, y_minus), (shadow_x, shadow_y), (test_x, test_y) = _split(config)
+    timings: dict[str, float] = {}
+    farms = []
+    for name, xs, ys in (
+        (f"released_{config.targets}", test_x[: config.targets], test_y[: config.targets]),
+        (f"shadows_{config.shadows}", shadow_x, shadow_y),
+    ):
+        start = time.perf_counter()
+        farms.append(build_farm(config.farm, x_minus, y_minus, xs, ys, out / name))
+        timings[f"{name}_s"] = time.perf_counter() - start
+    return farms[0], farms[1], timings
+
+
 def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> InformedAttackResult:
     """Train (or reuse) the farms under ``out``, fit the RecoNN, reconstruct and score the targets."""
     out = Path(out)
-    timings: dict[str, float] = {}
-    (train_x, train_y), (x_minus, y_minus), (shadow_x, shadow_y), (test_x, test_y) = _split(config)
+    (train_x, train_y), (x_minus, _), (shadow_x, _), (test_x, test_y) = _split(config)
     target_x, target_y = test_x[: config.targets], test_y[: config.targets]
-
-    def farm(name: str, xs: torch.Tensor, ys: torch.Tensor) -> Farm:
-        start = time.perf_counter()
-        result = build_farm(config.farm, x_minus, y_minus, xs, ys, out / name)
-        timings[f"{name}_s"] = time.perf_counter() - start
-        return result
-
-    released = farm(f"released_{len(target_x)}", target_x, target_y)
-    shadows = farm(f"shadows_{len(shadow_x)}", shadow_x, shadow_y)
+    released, shadows, timings = train_farms(config, out)
     if config.representation == "weights":
         shadow_features, released_features = shadows.params, released.params
     else:
@@ -173,33 +181,3 @@ def train_evaluation_classifier(images: torch.Tensor, labels: torch.Tensor, epoc
             F.cross_entropy(classifier(images[batch]), labels[batch]).backward()
             optimiser.step()
     return classifier.eval()
-
-
-def save_comparison_grid(
-    path: str | Path,
-    targets: torch.Tensor,
-    reconstructions: torch.Tensor,
-    oracles: torch.Tensor,
-    columns: int = 10,
-) -> Path:
-    """A PNG with rows target / reconstruction / oracle neighbour for the first ``columns`` targets."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    columns = min(columns, len(targets))
-    rows = (("target", targets), ("reconstruction", reconstructions), ("NN oracle", oracles))
-    figure, axes = plt.subplots(3, columns, figsize=(1.2 * columns, 3.8), squeeze=False)
-    for r, (title, images) in enumerate(rows):
-        for c in range(columns):
-            image = images[c].permute(1, 2, 0).squeeze(-1).numpy()
-            axes[r, c].imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
-            axes[r, c].set_xticks([])
-            axes[r, c].set_yticks([])
-        axes[r, 0].set_ylabel(title, fontsize=8)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return path
