@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
 from nn_recon.errors import ReconInputError
 
 
@@ -56,10 +54,3 @@ def noise_multiplier(config: DPConfig, steps: int) -> float:
             dp_accounting.LowerEndpointAndGuess(1e-6, 1.0),
         )
     )
-
-
-def clipped_sum(per_example: dict[str, torch.Tensor], clip_norm: float) -> dict[str, torch.Tensor]:
-    """Σ_i g_i · min(1, C / ‖g_i‖) over the leading example axis of every gradient tensor."""
-    flat = torch.cat([g.flatten(1) for g in per_example.values()], dim=1)
-    factors = (clip_norm / (flat.norm(dim=1) + 1e-12)).clamp(max=1.0)
-    return {name: torch.tensordot(factors, g, dims=1) for name, g in per_example.items()}

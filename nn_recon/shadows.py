@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from nn_recon.dp import DPConfig, clipped_sum, noise_multiplier
+from nn_recon.dp import DPConfig, noise_multiplier
 from nn_recon.errors import ReconInputError
 from nn_recon.progress import progress
 
@@ -159,68 +159,69 @@ def train_models(
     sigma = noise_multiplier(config.dp, config.epochs * len(_batches(config, n, 0)))
     generator = torch.Generator().manual_seed(noise_seed)
 
-    def summed_loss(p, x, y):
-        return F.cross_entropy(functional_call(network, p, (x,)), y, reduction="sum")
-
     def tail_loss(tail_params, pre_activation, y):
         return F.cross_entropy(
             functional_call(network.tail, tail_params, (pre_activation,)), y, reduction="sum"
         )
 
+    def example_tail_loss(tail_params, pre_activation, y):
+        return tail_loss(tail_params, pre_activation[None], y[None])
+
     # pre-activations are laid out (n, k, h), the matrix product's own layout, so the tail's
     # softmax and activations run on contiguous memory
     shared_tail_gradient = vmap(grad(tail_loss, argnums=(0, 1)), in_dims=(0, 1, None), out_dims=(0, 1))
-    target_tail_gradient = vmap(grad(tail_loss, argnums=(0, 1)))
+    example_tail_gradient = vmap(
+        vmap(grad(example_tail_loss, argnums=(0, 1)), in_dims=(None, 0, 0)),
+        in_dims=(0, 1, None),
+        out_dims=(0, 1),
+    )
+    target_tail_gradient = vmap(grad(example_tail_loss, argnums=(0, 1)))
+
+    def clip_factors(pre_gradients, inputs, tail_gradients, example_dims):
+        """min(1, C/‖g_i‖) per example. The input layer's per-example gradient is δ_i x_iᵀ (and δ_i for
+        its bias), so its squared norm is ‖δ_i‖²(‖x_i‖² + 1) without ever forming it."""
+        squared = pre_gradients.square().sum(-1) * (inputs.square().sum(-1) + 1)
+        squared = squared + sum(g.flatten(example_dims).square().sum(-1) for g in tail_gradients.values())
+        return (config.dp.clip_norm / squared.sqrt()).clamp(max=1.0)
 
     def batched_gradient(p, x, y, has_target):
-        """Σ_batch ∇ loss for every model. The input layer's forward pass and weight gradient are
-        one matrix product each over all models (x is shared), the small tail is vmapped."""
+        """Σ_batch ∇ loss for every model, each example's gradient clipped when training with DP.
+
+        The input layer's forward pass and weight gradient are one matrix product each over all
+        models (x is shared); the small tail is vmapped."""
         w, b = p["first.weight"], p["first.bias"]
         tail_params = {name.removeprefix("tail."): q for name, q in p.items() if name.startswith("tail.")}
-        g_tail, g_pre = shared_tail_gradient(tail_params, torch.einsum("nd,khd->nkh", x, w) + b, y)
-        target_pre = torch.einsum("kd,khd->kh", targets_x, w) + b
-        t_tail, t_pre = target_tail_gradient(tail_params, target_pre[:, None], targets_y[:, None])
-        t_pre = has_target * t_pre[:, 0]
+        pre = torch.einsum("nd,khd->nkh", x, w) + b
+        t_tail, t_pre = target_tail_gradient(
+            tail_params, torch.einsum("kd,khd->kh", targets_x, w) + b, targets_y
+        )
+        if config.dp.private:
+            g_tail, g_pre = example_tail_gradient(tail_params, pre, y)  # (k, n, ...) and (n, k, h)
+            factors = clip_factors(g_pre.transpose(0, 1), x, g_tail, 2)  # (k, n)
+            g_pre = g_pre * factors.T[:, :, None]
+            g_tail = {name: torch.einsum("kn...,kn->k...", g, factors) for name, g in g_tail.items()}
+            t_factors = clip_factors(t_pre, targets_x, t_tail, 1)  # (k,)
+            t_pre = t_pre * t_factors[:, None]
+            t_tail = {name: g * t_factors.view(-1, *[1] * (g.ndim - 1)) for name, g in t_tail.items()}
+        else:
+            g_tail, g_pre = shared_tail_gradient(tail_params, pre, y)
+        t_pre = has_target * t_pre
         grads = {
             "first.weight": torch.einsum("nkh,nd->khd", g_pre, x) + t_pre[:, :, None] * targets_x[:, None],
             "first.bias": g_pre.sum(0) + t_pre,
         }
         return grads | {f"tail.{name}": g + has_target * t_tail[name] for name, g in g_tail.items()}
 
-    def example_gradients(p, x, y):
-        return vmap(grad(summed_loss), in_dims=(None, 0, 0))(p, x[:, None], y[:, None])
-
-    def private_model_gradient(p, x, y, target_x, target_y, noise):
-        xs, ys = torch.cat([x, target_x[None]]), torch.cat([y, target_y[None]])
-        g = clipped_sum(example_gradients(p, xs, ys), config.dp.clip_norm)
-        return {name: g[name] + noise[name] for name in g}
-
-    # per-example gradients take k·n·P floats: DP passes hold at most ~2**28 of them (1 GiB)
-    n_params = sum(p[0].numel() for p in params.values())
-    models_per_pass = max(1, 2**28 // (n * n_params))
-    batched_private_gradient = vmap(private_model_gradient, in_dims=(0, None, None, 0, 0, 0))
     params = {name: p.clone() for name, p in params.items()}
     velocity = {name: torch.zeros_like(p) for name, p in params.items()}
     for epoch in range(config.epochs):
         for batch in _batches(config, n, epoch):
             rows = batch[batch < n - 1]
             has_target = float(len(rows) < len(batch))
+            grads = batched_gradient(params, x_minus[rows], y_minus[rows], has_target)
             if config.dp.private:
-                noise = {
-                    name: sigma * config.dp.clip_norm * torch.randn(p.shape, generator=generator)
-                    for name, p in params.items()
-                }
-                pieces = [
-                    batched_private_gradient(
-                        {name: p[group] for name, p in params.items()},
-                        x_minus[rows], y_minus[rows], targets_x[group], targets_y[group],
-                        {name: z[group] for name, z in noise.items()},
-                    )
-                    for group in torch.arange(len(targets_x)).split(models_per_pass)
-                ]  # fmt: skip
-                grads = {name: torch.cat([piece[name] for piece in pieces]) for name in params}
-            else:
-                grads = batched_gradient(params, x_minus[rows], y_minus[rows], has_target)
+                for g in grads.values():
+                    g.add_(torch.randn(g.shape, generator=generator), alpha=sigma * config.dp.clip_norm)
             with torch.no_grad():
                 for name, p in params.items():
                     velocity[name].mul_(config.momentum).add_(grads[name], alpha=1.0 / len(batch))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from nn_recon.dp import DPConfig, clipped_sum, noise_multiplier
+from nn_recon.dp import DPConfig, noise_multiplier
 from nn_recon.errors import ReconInputError
 from nn_recon.shadows import (
     FarmConfig,
@@ -83,11 +83,38 @@ def test_dp_with_infinite_epsilon_is_plain_gradient_descent(monkeypatch):
         assert not torch.allclose(noisy[name], plain[name], atol=1e-3)
 
 
-def test_dp_noise_shrinks_with_epsilon_and_clipping_bounds_each_example():
+def test_dp_noise_shrinks_with_epsilon():
     small, large = (noise_multiplier(DPConfig(epsilon=e), steps=100) for e in (1.0, 100.0))
     assert small > large > 0 and noise_multiplier(DPConfig(), steps=100) == 0.0
-    grads = {"w": torch.tensor([[3.0, 4.0], [0.3, 0.4]])}  # norms 5 and 0.5
-    torch.testing.assert_close(clipped_sum(grads, 1.0)["w"], torch.tensor([0.6 + 0.3, 0.8 + 0.4]))
+
+
+def test_dp_step_clips_each_example_like_explicit_per_example_gradients(monkeypatch):
+    """One DP-GD step (noise off) against clip-and-sum of autograd gradients taken one example at a time."""
+    config = FarmConfig(**{**CONFIG.to_dict(), "epochs": 1, "momentum": 0.0, "lr": 1.0,
+                           "dp": DPConfig(epsilon=1.0, clip_norm=0.3)})  # fmt: skip
+    monkeypatch.setattr("nn_recon.shadows.noise_multiplier", lambda config, steps: 0.0)
+    x_minus, y_minus, targets_x, targets_y = _data()
+    start = initial_parameters(config, range(2))
+    stepped = train_models(config, x_minus, y_minus, targets_x[:2], targets_y[:2], start)
+    network = config.network()
+    for i in range(2):
+        xs, ys = torch.cat([x_minus, targets_x[i : i + 1]]), torch.cat([y_minus, targets_y[i : i + 1]])
+        clipped = {name: torch.zeros_like(p[i]) for name, p in start.items()}
+        norms = []
+        for x, y in zip(xs, ys, strict=True):
+            p = {name: q[i].clone().requires_grad_() for name, q in start.items()}
+            loss = torch.nn.functional.cross_entropy(
+                torch.func.functional_call(network, p, (x[None],)), y[None]
+            )
+            grads = torch.autograd.grad(loss, list(p.values()))
+            norm = torch.sqrt(sum(g.square().sum() for g in grads))
+            norms.append(norm)
+            for name, g in zip(p, grads, strict=True):
+                clipped[name] += g * min(1.0, 0.3 / float(norm))
+        assert max(norms) > 0.3  # the clip is active for some examples
+        for name in clipped:
+            expected = start[name][i] - clipped[name] / len(xs)
+            torch.testing.assert_close(stepped[name][i], expected, rtol=1e-10, atol=1e-12)
 
 
 def test_farm_saves_chunks_and_resumes(tmp_path):
