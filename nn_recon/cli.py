@@ -198,7 +198,211 @@ def _match(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS: list[Callable[[Subparsers], None]] = [register_train, register_stationarity, register_match]
+def register_glm(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "glm", help="exact reconstruction of the missing training point of a linear/ridge/logistic model"
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a fitted sklearn LinearRegression/Ridge/LogisticRegression saved with joblib/pickle (.joblib, "
+        ".pkl: only load files you trust), or an .npz with family, coef, intercept (optional), l2",
+    )
+    p.add_argument(
+        "--known",
+        required=True,
+        help="D⁻: an .npz with arrays x (n, d) and y (n,), or a CSV whose last column is y",
+    )
+    p.add_argument("--label", help="the target's label, if known (required for models without intercept)")
+    p.add_argument(
+        "--tol", type=float, default=1e-6, help="largest relative gradient norm accepted as optimal"
+    )
+    p.add_argument("--out", help="save the reconstruction as a WeightedMeasure (<out>.npz / <out>.json)")
+    p.set_defaults(run=_glm)
+
+
+def _load_glm_inputs(args: argparse.Namespace):
+    import numpy as np
+
+    from nn_recon.attacks.informed import GLM
+
+    model_path, known_path = Path(args.model), Path(args.known)
+    for path in (model_path, known_path):
+        if not path.is_file():
+            raise ReconInputError(f"{path} does not exist")
+    if model_path.suffix == ".npz":
+        with np.load(model_path, allow_pickle=False) as saved:
+            missing = {"family", "coef"} - set(saved.files)
+            if missing:
+                raise ReconInputError(
+                    f"{model_path} lacks {sorted(missing)}; it needs family, coef[, intercept, l2]"
+                )
+            model = GLM(
+                str(saved["family"]),
+                saved["coef"],
+                saved["intercept"] if "intercept" in saved.files else None,
+                float(saved["l2"]) if "l2" in saved.files else 0.0,
+            )
+    else:
+        import joblib
+
+        try:
+            model = joblib.load(model_path)
+        except Exception as error:
+            raise ReconInputError(f"could not load a fitted estimator from {model_path}: {error}") from error
+    if known_path.suffix == ".npz":
+        with np.load(known_path, allow_pickle=False) as saved:
+            if not {"x", "y"} <= set(saved.files):
+                raise ReconInputError(f"{known_path} needs arrays named x and y")
+            x, y = saved["x"], saved["y"]
+    else:
+        try:
+            table = np.loadtxt(known_path, delimiter=",", ndmin=2)
+        except ValueError as error:
+            raise ReconInputError(f"{known_path} is not a numeric CSV (no header): {error}") from error
+        x, y = table[:, :-1], table[:, -1]
+    return model, x, y
+
+
+def _glm(args: argparse.Namespace) -> int:
+    from nn_recon.attacks.informed import reconstruct_target
+
+    model, x, y = _load_glm_inputs(args)
+    label = args.label
+    if label is not None:
+        try:
+            label = y.dtype.type(label)  # the label in the type of D⁻'s labels
+        except ValueError:
+            raise ReconInputError(
+                f"--label {label!r} is not of the type of D⁻'s labels ({y.dtype})"
+            ) from None
+    result = reconstruct_target(model, x, y, label=label, tol=args.tol)
+    for features, target_label in zip(result.features, result.labels, strict=True):
+        _say(f"target features: {' '.join(f'{v:.10g}' for v in features)}")
+        _say(f"target label:    {target_label}")
+    _say(f"relative gradient norm at the reconstruction: {result.gradient_norm:.3g}")
+    if args.out:
+        _say(f"saved {result.to_measure(model=str(args.model)).save(args.out)}")
+    return 0
+
+
+def _add_informed_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.data import DATASETS
+
+    p.add_argument("--dataset", default="mnist", choices=DATASETS)
+    p.add_argument("--data-root", help="folder with IDX / CIFAR-10 files (MNIST needs none)")
+    p.add_argument("--fixed-set", type=int, default=1000, help="|D⁻|: training points the adversary knows")
+    p.add_argument("--shadows", type=int, default=1000, help="K: shadow models")
+    p.add_argument("--targets", type=int, default=1000, help="released models to attack (one target each)")
+    p.add_argument("--widths", default="784,10,10", help="MLP layer sizes, input first")
+    p.add_argument("--activation", default="elu", choices=("elu", "relu", "tanh"))
+    p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--batch-size", type=int, help="mini-batch size (default: full batch)")
+    p.add_argument("--random-init", action="store_true", help="each model from its own initialisation")
+    p.add_argument("--epsilon", type=float, default=float("inf"), help="train with DP-GD at this ε (δ=1e-5)")
+    p.add_argument("--clip-norm", type=float, default=1.0, help="DP-GD per-example clip norm")
+    p.add_argument("--chunk-size", type=int, default=1000, help="models trained together per saved chunk")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="folder for the farms (reused by later runs) and results")
+
+
+def _informed_config(args: argparse.Namespace, **reconn):
+    from nn_recon.attacks.reconn_attack import InformedAttackConfig
+    from nn_recon.dp import DPConfig
+    from nn_recon.reconn import ReconnConfig
+    from nn_recon.shadows import FarmConfig
+
+    try:
+        widths = tuple(int(w) for w in args.widths.split(","))
+    except ValueError:
+        raise ReconInputError(f"--widths {args.widths!r} must look like 784,10,10") from None
+    farm = FarmConfig(
+        widths=widths,
+        activation=args.activation,
+        epochs=args.epochs,
+        lr=args.lr,
+        momentum=args.momentum,
+        batch_size=args.batch_size,
+        same_init=not args.random_init,
+        chunk_size=args.chunk_size,
+        dp=DPConfig(epsilon=args.epsilon, clip_norm=args.clip_norm),
+    )
+    return InformedAttackConfig(
+        dataset=args.dataset,
+        data_root=args.data_root,
+        fixed_set_size=args.fixed_set,
+        shadows=args.shadows,
+        targets=args.targets,
+        seed=args.seed,
+        farm=farm,
+        reconn=ReconnConfig(**reconn),
+        **({"representation": args.representation} if "representation" in args else {}),
+    )
+
+
+def register_shadows(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "shadows", help="train the released models and the shadow farm (resumable, reused by reconn)"
+    )
+    _add_informed_arguments(p)
+    p.set_defaults(run=_shadows)
+
+
+def _shadows(args: argparse.Namespace) -> int:
+    from nn_recon.attacks.reconn_attack import train_farms
+
+    config = _informed_config(args)
+    released, shadows, timings = train_farms(config, args.out)
+    for (name, seconds), farm in zip(timings.items(), (released, shadows), strict=True):
+        _say(f"{name.removesuffix('_s')}: {len(farm.params)} models of {farm.params.shape[1]} parameters "
+             f"in {args.out}/{name.removesuffix('_s')} ({seconds:.0f} s this run)")  # fmt: skip
+    return 0
+
+
+def register_reconn(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "reconn", help="informed adversary: RecoNN trained on the shadow farm, scored on the released models"
+    )
+    _add_informed_arguments(p)
+    p.add_argument("--representation", default="weights", choices=("weights", "logits"),
+                   help="white box (parameters) or black box (logits on fixed probe inputs)")  # fmt: skip
+    p.add_argument("--reconn-epochs", type=int, default=200)
+    p.add_argument("--reconn-lr", type=float, default=1e-3)
+    p.add_argument("--reconn-hidden", default="1000,1000", help="RecoNN hidden widths")
+    p.add_argument("--lpips-weight", type=float, default=0.0, help="add this times LPIPS to the RecoNN loss")
+    p.set_defaults(run=_reconn)
+
+
+def _reconn(args: argparse.Namespace) -> int:
+    from nn_recon.attacks.reconn_attack import run_informed_attack
+    from nn_recon.report import metric_table
+
+    try:
+        hidden = tuple(int(h) for h in args.reconn_hidden.split(","))
+    except ValueError:
+        raise ReconInputError(f"--reconn-hidden {args.reconn_hidden!r} must look like 1000,1000") from None
+    config = _informed_config(
+        args, hidden=hidden, epochs=args.reconn_epochs, lr=args.reconn_lr, lpips_weight=args.lpips_weight
+    )
+    result = run_informed_attack(config, args.out)
+    _say(metric_table(result.summary()))
+    files = result.save(Path(args.out) / f"{config.representation}_{config.shadows}")
+    summary_path = Path(args.out) / f"summary_{config.representation}_{config.shadows}.json"
+    summary_path.write_text(json.dumps({"summary": result.summary(), "timings_s": result.timings}, indent=2))
+    _say(f"saved {files['measure']}, {files['grid']} and {summary_path}")
+    return 0
+
+
+SUBCOMMANDS: list[Callable[[Subparsers], None]] = [
+    register_train,
+    register_stationarity,
+    register_match,
+    register_glm,
+    register_shadows,
+    register_reconn,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

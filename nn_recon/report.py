@@ -54,3 +54,43 @@ def save_match_grid(
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def save_informed_grid(
+    path: str | Path,
+    targets: np.ndarray,
+    reconstructions: np.ndarray,
+    oracles: np.ndarray,
+    columns: int = 10,
+) -> Path:
+    """PNG of the first ``columns`` targets: target, reconstruction and nearest-neighbour oracle rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    columns = min(columns, len(targets))
+    rows = (("target", targets), ("reconstruction", reconstructions), ("NN oracle", oracles))
+    figure, axes = plt.subplots(3, columns, figsize=(columns * 1.1, 3.6), squeeze=False)
+    for r, (title, images) in enumerate(rows):
+        for c in range(columns):
+            axes[r, c].imshow(_tile(np.asarray(images[c])), cmap="gray", vmin=0, vmax=1)
+            axes[r, c].set_xticks([])
+            axes[r, c].set_yticks([])
+        axes[r, 0].set_ylabel(title, fontsize=8)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def metric_table(summary: dict[str, float], reference: dict[str, float] | None = None) -> str:
+    """Name / value rows, with a reference column (e.g. a paper's figures) when given."""
+    reference = reference or {}
+    lines = [f"{'metric':24} {'value':>10} {'reference' if reference else '':>10}"]
+    for name, value in summary.items():
+        ref = reference.get(name)
+        lines.append(f"{name:24} {value:10.4f} {'' if ref is None else f'{ref:10.4f}'}")
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""RecoNN and the informed metrics: checkpoints resume, the attack beats trivial guesses on digits."""
+
+import numpy as np
+import pytest
+import torch
+
+from nn_recon.attacks.reconn_attack import InformedAttackConfig, run_informed_attack
+from nn_recon.errors import ReconInputError
+from nn_recon.metrics import InformedScores, kl_divergence, mse, nearest_neighbours
+from nn_recon.reconn import ReconnConfig, reconstruct, train_reconstructor
+from nn_recon.shadows import FarmConfig
+
+SMALL = InformedAttackConfig(
+    dataset="digits",
+    fixed_set_size=100,
+    shadows=600,
+    targets=50,
+    farm=FarmConfig(widths=(64, 10, 10), epochs=50, lr=0.1, chunk_size=300),
+    reconn=ReconnConfig(hidden=(256,), epochs=60, batch_size=64),
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_nearest_neighbours_and_success_rate():
+    pool = np.stack([np.zeros((1, 2, 2)), np.ones((1, 2, 2))])
+    targets = np.full((2, 1, 2, 2), 0.2)
+    targets[1] = 0.9
+    distances, index = nearest_neighbours(targets, pool, block=1)
+    np.testing.assert_allclose(distances, [0.04, 0.01])
+    assert index.tolist() == [0, 1]
+    scores = InformedScores(np.array([0.01, 0.02]), distances, index, np.zeros(2), np.zeros(2))
+    assert scores.success_rate == 0.5
+
+
+def test_kl_is_zero_for_identical_inputs_and_positive_otherwise():
+    classifier = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    a, b = np.random.default_rng(0).uniform(size=(2, 5, 1, 2, 2))
+    np.testing.assert_allclose(kl_divergence(classifier, a, a), np.zeros(5), atol=1e-7)
+    assert np.all(kl_divergence(classifier, a, b) > 0)
+
+
+def test_reconstructor_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    features, images = torch.randn(40, 6), torch.rand(40, 1, 3, 3)
+    config = ReconnConfig(hidden=(8,), epochs=4, batch_size=16, checkpoint_every=2)
+    straight = train_reconstructor(config, features, images)
+    epochs_run = []
+
+    def recording(stop_at):
+        def progress(items, total=None, desc=""):
+            for epoch in items:
+                if epoch == stop_at:
+                    raise KeyboardInterrupt
+                epochs_run.append(epoch)
+                yield epoch
+
+        return progress
+
+    monkeypatch.setattr("nn_recon.reconn.progress", recording(stop_at=3))
+    with pytest.raises(KeyboardInterrupt):
+        train_reconstructor(config, features, images, tmp_path / "r.pt")
+    assert torch.load(tmp_path / "r.pt", weights_only=True)["epoch"] == 2
+    monkeypatch.setattr("nn_recon.reconn.progress", recording(stop_at=None))
+    resumed = train_reconstructor(config, features, images, tmp_path / "r.pt")
+    assert epochs_run == [0, 1, 2, 2, 3]  # epoch 2 was lost to the interruption and is redone
+    torch.testing.assert_close(reconstruct(resumed, features), reconstruct(straight, features))
+    other = ReconnConfig(**{**config.__dict__, "lr": 0.01})
+    with pytest.raises(ReconInputError, match="another RecoNN run"):
+        train_reconstructor(other, features, images, tmp_path / "r.pt")
+
+
+def test_attack_on_digits_beats_the_mean_image_and_most_oracles(tmp_path):
+    result = run_informed_attack(SMALL, tmp_path)
+    targets = result.targets.numpy()
+    mean_image_mse = mse(targets, np.broadcast_to(targets.mean(0, keepdims=True), targets.shape))
+    summary = result.summary()
+    assert summary["mean_mse"] < 0.5 * mean_image_mse.mean()
+    assert summary["success_rate"] > 0.5
+    assert result.measure.total_mass() == SMALL.targets
+    assert result.measure.points["image"].shape == (SMALL.targets, 1, 8, 8)
+    saved = result.save(tmp_path / "report")
+    assert saved["grid"].exists() and saved["measure"].exists()
+    again = run_informed_attack(SMALL, tmp_path)  # farms and RecoNN reused from disk
+    np.testing.assert_allclose(again.scores.mse, result.scores.mse, rtol=1e-5)
