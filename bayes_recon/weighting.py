@@ -20,7 +20,6 @@ from numpyro import handlers
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 from numpyro.primitives import Messenger
 
-
 Array = jax.Array
 LogDensity = Callable[[Array, Mapping[str, Array], Array], Array]
 """log q(θ_flat; pseudo-data, weights), up to a constant."""
@@ -38,12 +37,22 @@ class weight_likelihood(Messenger):
         super().__init__(fn)
 
     def process_message(self, msg: dict[str, Any]) -> None:
-        if msg["type"] == "sample" and msg["is_observed"]:
+        if msg["type"] == "sample" and msg["is_observed"] and not _is_jacobian_factor(msg):
             w = self.weights
             extra_dims = len(msg["fn"].batch_shape) - 1
             if extra_dims > 0 and jnp.ndim(w) == 1:  # the data-point axis is the leading batch axis
                 w = jnp.reshape(w, (-1,) + (1,) * extra_dims)
             msg["scale"] = w if msg["scale"] is None else msg["scale"] * w
+
+
+def _is_jacobian_factor(msg: dict[str, Any]) -> bool:
+    """The log-Jacobian of a latent site that ``potential_energy`` adds as ``factor("_<site>_log_det")``.
+
+    It is an observed (auxiliary) site too, but belongs to the prior's change of variables: weighting it
+    would count the Jacobian sum(w) times (and drop it at w = 0).
+    """
+    name = msg["name"]
+    return bool(msg["infer"].get("is_auxiliary")) and name.startswith("_") and name.endswith("_log_det")
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,10 @@ ENTRIES: tuple[Entry, ...] = (
           linear=LinearGaussian(_mesquite)),
     Entry("sblrc-blr", m.blr, ("X", "y"), {"X": REAL, "y": REAL}, linear=LinearGaussian(_blr_design)),
     Entry("nes2000-nes", m.nes, (*m.NES_COVARIATES, "partyid7"),
-          {**{k: REAL for k in ("real_ideo", "income", "partyid7")},
-           **{k: UNIT for k in ("race_adj", "age30_44", "age45_64", "age65up", "educ1", "gender")}},
+          # race_adj (1, 1.5, 2), educ1 (1-4) and gender (1, 2) are not coded as posteriordb's info says
+          # ({0, .5, 1}, {0, 1}); only the age dummies built in _nes_prepare are 0/1.
+          {**{k: REAL for k in ("real_ideo", "race_adj", "educ1", "gender", "income", "partyid7")},
+           **{k: UNIT for k in ("age30_44", "age45_64", "age65up")}},
           prepare=_nes_prepare, linear=LinearGaussian(_columns(*m.NES_COVARIATES, "partyid7"))),
 )
 
