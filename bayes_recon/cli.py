@@ -1,0 +1,267 @@
+"""``bayes-recon``: reconstruct a posterior's training data from its published draws.
+
+Each subcommand is one ``register_*`` function that adds its parser and sets ``run`` to a function
+taking the parsed arguments and returning an exit status; add a subcommand by appending its
+register function to ``SUBCOMMANDS``. Bad input is a one-line message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import textwrap
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bayes_recon.errors import ReconError
+
+Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
+
+# ReconConfig fields the CLI exposes, when the config has them: option help. The defaults and
+# the choices come from ReconConfig itself.
+CONFIG_OPTIONS = {
+    "restarts": "independent restarts; the one with the lowest objective is kept",
+    "steps": "optimisation steps that move every point and weight",
+    "estimator": "Fisher-divergence estimator (auto: exact up to 20 parameters)",
+    "method": "optimiser of the final stage",
+    "coordinates": "coordinates of the parameters the divergence is measured in",
+    "max_draws": "use at most this many posterior draws (default: all)",
+    "batch_size": "minibatch of draws per step (forces Adam; default: every draw)",
+}
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _posteriordb_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--posteriordb",
+        metavar="PATH",
+        help="a posteriordb clone or its posterior_database folder "
+        "(default: $POSTERIOR_DB_PATH, else the embedded kidiq posteriors)",
+    )
+
+
+def _choices(annotation: Any) -> tuple[str, ...] | None:
+    """The strings a Literal (or a union of Literals) allows; None for any other type."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return tuple(str(a) for a in typing.get_args(annotation))
+    args = typing.get_args(annotation)
+    if args and all(typing.get_origin(a) is typing.Literal for a in args):
+        return tuple(str(v) for a in args for v in typing.get_args(a))
+    return None
+
+
+def _config_arguments(p: argparse.ArgumentParser) -> None:
+    from bayes_recon.reconstruct import ReconConfig
+
+    defaults, hints = ReconConfig(), typing.get_type_hints(ReconConfig)
+    for field in dataclasses.fields(ReconConfig):
+        if field.name not in CONFIG_OPTIONS:
+            continue
+        default = getattr(defaults, field.name)
+        choices = _choices(hints[field.name])
+        kind = str if choices else int
+        p.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            dest=f"config_{field.name}",
+            type=kind,
+            choices=choices,
+            metavar=None if choices else "N",
+            help=CONFIG_OPTIONS[field.name] + ("" if default is None else f" (default {default})"),
+        )
+
+
+def _config(args: argparse.Namespace):
+    from bayes_recon.reconstruct import ReconConfig
+
+    chosen = {
+        f.name: getattr(args, f"config_{f.name}")
+        for f in dataclasses.fields(ReconConfig)
+        if getattr(args, f"config_{f.name}", None) is not None
+    }
+    return dataclasses.replace(ReconConfig(), **chosen)
+
+
+def register_reconstruct(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "reconstruct",
+        help="reconstruct a posterior's data from its reference draws and compare with the truth",
+    )
+    p.add_argument(
+        "--posterior", default=DEFAULT_POSTERIOR, help=f"posteriordb name (default {DEFAULT_POSTERIOR})"
+    )
+    _posteriordb_argument(p)
+    p.add_argument(
+        "--points", type=int, default=50, metavar="M", help="weighted pseudo-data points (default 50)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    _config_arguments(p)
+    p.add_argument("--json", metavar="OUT.json", help="write the table, settings and timing here")
+    p.add_argument("--save", metavar="PREFIX", help="save the measure as PREFIX.npz and PREFIX.json")
+    p.set_defaults(run=_reconstruct)
+
+
+@contextmanager
+def _progress_bar(enabled: bool, desc: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback drawing a tqdm bar on stderr from its first call.
+
+    The bar appears only once the attack reports progress, so input refused before then leaves
+    nothing on stderr but the error message.
+    """
+    from tqdm.auto import tqdm
+
+    bars: list[Any] = []
+
+    def update(done: int, total: int) -> None:
+        if not enabled:
+            return
+        if not bars:
+            bars.append(
+                tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
+            )
+        bar = bars[0]
+        if bar.total != total:
+            bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        yield update
+    finally:
+        for bar in bars:
+            bar.close()
+
+
+def _writable(path: str | None, option: str) -> None:
+    if path is not None and Path(path).is_dir():
+        raise ReconError(f"{option} {path} is a folder; give a file name (or prefix) inside it")
+
+
+def _reconstruct(args: argparse.Namespace) -> int:
+    from bayes_recon.pipeline import attack_posterior
+
+    _writable(args.json, "--json")
+    _writable(args.save, "--save")
+    config = _config(args)
+    with _progress_bar(not args.quiet, args.posterior) as progress:
+        attack = attack_posterior(
+            args.posterior,
+            args.posteriordb,
+            n_points=args.points,
+            seed=args.seed,
+            config=config,
+            progress=progress,
+        )
+    recon = attack.reconstruction
+    truth = "no data in the database" if attack.truth is None else f"true N = {attack.truth.total_mass():g}"
+    _say(
+        f"{attack.name}: {len(recon.measure)} weighted points, objective {recon.objective:.6g}, "
+        f"{recon.seconds:.1f} s ({truth})"
+    )
+    _say(format_table(attack.rows()))
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(attack.to_json(), indent=2))
+        _say(f"wrote {out}")
+    if args.save:
+        _say(f"saved {recon.measure.save(args.save)}")
+    return 0
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """rows() as a plain text table: names left-aligned, numbers right-aligned."""
+    header = ("statistic", "column", "recovered", "true", "rel. error")
+    keys = ("statistic", "column", "recovered", "true", "relative_error")
+    cells = [
+        header,
+        *[tuple("" if k == "column" and r[k] is None else _cell(r[k]) for k in keys) for r in rows],
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = []
+    for row in cells:
+        text = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(text).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def register_list(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "list", help="registered posteriors, whether the database has them, and those out of scope"
+    )
+    _posteriordb_argument(p)
+    p.set_defaults(run=_list)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from bayes_recon.models import OUT_OF_SCOPE, REGISTRY
+    from bayes_recon.posteriordb import EMBEDDED, database_path
+
+    root = database_path(args.posteriordb)
+    present = {p.stem for p in (root / "posteriors").glob("*.json")}
+    where = "the embedded database" if root == EMBEDDED else str(root)
+    _say(
+        f"registered posteriors (attackable with bayes-recon reconstruct --posterior NAME); database: {where}"
+    )
+    width = max(len(n) for n in [*REGISTRY, *OUT_OF_SCOPE])
+    for name, entry in sorted(REGISTRY.items()):
+        status = "in database" if name in present else "not in database"
+        _say(f"  {name.ljust(width)}  {status.ljust(15)}  free: {', '.join(entry.free)}")
+    _say("out of scope:")
+    for name, reason in sorted(OUT_OF_SCOPE.items()):
+        _say(f"  {name.ljust(width)}  {'in database' if name in present else 'not in database'}")
+        _say(textwrap.fill(reason, width=100, initial_indent="    ", subsequent_indent="    "))
+    others = sorted(present - set(REGISTRY) - set(OUT_OF_SCOPE))
+    if others:
+        _say(f"{len(others)} other posterior(s) in the database have no registered model;")
+        _say("attack them from Python with bayes_recon.reconstruct and your own NumPyro model.")
+    return 0
+
+
+SUBCOMMANDS: list[Callable[[Subparsers], None]] = [register_reconstruct, register_list]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bayes-recon", description=__doc__.splitlines()[0])
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for register in SUBCOMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2), already printed
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        return args.run(args)
+    except ReconError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a missing file, a folder where a file was expected, no permission
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

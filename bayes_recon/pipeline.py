@@ -1,0 +1,197 @@
+"""Audit one posteriordb posterior: load it, attack it with its registered model, compare with its data.
+
+``attack_posterior`` is what ``bayes-recon reconstruct`` runs; it prints nothing. The result
+holds the reconstruction and, when the database ships the posterior's data set, the true data
+as a unit-weight measure, so that recovered and true statistics sit side by side in ``rows()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bayes_recon.errors import ReconError
+from bayes_recon.measure import WeightedMeasure
+from bayes_recon.models import Entry, lookup
+from bayes_recon.posteriordb import database_path, load_posterior
+from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
+
+Progress = Callable[[int, int], None]
+
+# ReconConfig fields that count something and must be at least one when set.
+_COUNTS = ("steps", "restarts", "batch_size", "max_draws")
+
+
+@dataclass(frozen=True)
+class PosteriorAttack:
+    """A posterior's reconstruction next to its true data (``truth`` is None when the database has none)."""
+
+    name: str
+    entry: Entry
+    reconstruction: Reconstruction
+    truth: WeightedMeasure | None
+    seed: int = 0
+    database: Path | None = None
+
+    @property
+    def measure(self) -> WeightedMeasure:
+        return self.reconstruction.measure
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Total mass against the true N, then the weighted mean and variance of every free column.
+
+        Each row: ``statistic`` ("N (total mass)", "mean", "var"), ``column`` (``name`` or
+        ``name[i]`` for a flattened multi-dimensional column; None for the mass), ``recovered``,
+        ``true`` and ``relative_error`` (|recovered − true| / |true|; None without truth).
+        """
+        measure = self.measure
+        true_n = None if self.truth is None else self.truth.total_mass()
+        rows = [_row("N (total mass)", None, measure.total_mass(), true_n)]
+        for name in self.entry.free:
+            recovered_mean, recovered_var = _flat(measure.mean(name)), _flat(measure.var(name))
+            if self.truth is None:
+                true_mean = true_var = [None] * len(recovered_mean)
+            else:
+                true_mean, true_var = _flat(self.truth.mean(name)), _flat(self.truth.var(name))
+            labels = (
+                [name] if len(recovered_mean) == 1 else [f"{name}[{i}]" for i in range(len(recovered_mean))]
+            )
+            for label, rm, tm in zip(labels, recovered_mean, true_mean, strict=True):
+                rows.append(_row("mean", label, rm, tm))
+            for label, rv, tv in zip(labels, recovered_var, true_var, strict=True):
+                rows.append(_row("var", label, rv, tv))
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able summary: posterior, M, seed, objective, seconds, config and the rows."""
+        recon = self.reconstruction
+        return {
+            "posterior": self.name,
+            "database": None if self.database is None else str(self.database),
+            "points": len(self.measure),
+            "seed": self.seed,
+            "true_n": None if self.truth is None else _number(self.truth.total_mass()),
+            "objective": _number(recon.objective),
+            "seconds": _number(recon.seconds),
+            "config": _jsonable(dataclasses.asdict(recon.config)),
+            "rows": [{k: _jsonable(v) for k, v in row.items()} for row in self.rows()],
+        }
+
+
+def attack_posterior(
+    name: str,
+    database: str | Path | None = None,
+    n_points: int = 50,
+    seed: int = 0,
+    config: ReconConfig | None = None,
+    progress: Progress | None = None,
+) -> PosteriorAttack:
+    """Reconstruct ``n_points`` weighted pseudo-data points from the reference draws of posterior ``name``.
+
+    ``database``: a posteriordb ``posterior_database`` folder (or the clone holding it); None reads
+    $POSTERIOR_DB_PATH or the embedded kidiq subset. ``progress(done, total)`` is passed on to
+    :func:`bayes_recon.reconstruct`.
+    """
+    config = _check_arguments(n_points, seed, config)
+    root = database_path(database)  # a bad --posteriordb is reported before anything else
+    entry = lookup(name)  # unknown or out-of-scope names: a message with close names or the reason
+    posterior = load_posterior(name, root)
+    if posterior.data:
+        data = entry.model_data(posterior.data)
+    elif entry.fixed:
+        raise ReconError(
+            f"{name} ships no data in {root}, but its model needs the known columns {list(entry.fixed)}; "
+            "use a database that includes the posterior's data"
+        )
+    else:
+        data = None
+    if data is None:
+        free: Any = entry.free
+        truth = None
+    else:
+        free = {k: data[k].shape[1:] for k in entry.free}
+        truth = WeightedMeasure.empirical({k: data[k] for k in entry.free}, posterior=name)
+    fixed = {k: data[k] for k in entry.fixed} if data is not None else {}
+    reconstruction = reconstruct(
+        entry.model,
+        posterior.draws,
+        free=free,
+        fixed=fixed,
+        support=entry.support,
+        n_points=n_points,
+        seed=seed,
+        config=config,
+        progress=progress,
+    )
+    return PosteriorAttack(name, entry, reconstruction, truth, seed, root)
+
+
+def _check_arguments(n_points: Any, seed: Any, config: ReconConfig | None) -> ReconConfig:
+    if isinstance(n_points, bool) or not isinstance(n_points, (int, np.integer)) or n_points < 1:
+        raise ReconError(
+            f"the number of pseudo-data points must be a whole number of at least 1, got {n_points!r}; "
+            "50 is a good start (the true N also works)"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ReconError(f"the seed must be a non-negative whole number, got {seed!r}")
+    if config is None:
+        return ReconConfig()
+    if not isinstance(config, ReconConfig):
+        raise ReconError(f"config must be a bayes_recon.ReconConfig, got a {type(config).__name__}")
+    for field in _COUNTS:
+        value = getattr(config, field, None)
+        if value is not None and value < 1:
+            option = field.replace("_", "-")
+            raise ReconError(f"{field} must be at least 1, got {value}; pass --{option} 1 or more")
+    return config
+
+
+def _row(statistic: str, column: str | None, recovered: float, true: float | None) -> dict[str, Any]:
+    recovered = float(recovered)
+    true = None if true is None else float(true)
+    error = None
+    if true is not None and true != 0 and math.isfinite(true):
+        error = abs(recovered - true) / abs(true)
+    return {
+        "statistic": statistic,
+        "column": column,
+        "recovered": recovered,
+        "true": true,
+        "relative_error": error,
+    }
+
+
+def _flat(values: Any) -> list[float]:
+    return [float(v) for v in np.asarray(values, dtype=float).reshape(-1)]
+
+
+def _number(value: Any) -> float | None:
+    """A float for JSON, None where it is not finite (JSON has no NaN or infinity)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return _number(value)
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)

@@ -1,0 +1,211 @@
+"""``bayes-recon`` end to end on the embedded kidiq posterior, and bad input exiting 2 with a message.
+
+The real attack runs once, with a handful of steps on 300 draws (about 20 s, mostly JAX compiling
+the objective); the other tests swap ``reconstruct`` for a stand-in and check everything around it
+in milliseconds: arguments, config, progress bar, table, JSON, saved measure and error messages.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from bayes_recon import pipeline
+from bayes_recon.cli import main
+from bayes_recon.measure import WeightedMeasure
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_DB = Path("..") / "shared" / "posteriordb" / "posterior_database"  # relative to the repository
+TRUE_N = 434  # kidiq has 434 children
+
+
+def _table_rows(out: str) -> dict[tuple[str, str], list[str]]:
+    """The printed table as {(statistic, column): [recovered, true, rel. error]}."""
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("N (total mass)"):
+            rows[("N (total mass)", "")] = line.removeprefix("N (total mass)").split()
+        elif line.startswith(("mean ", "var ")):
+            statistic, column, *values = line.split()
+            rows[(statistic, column)] = values
+    return rows
+
+
+@pytest.fixture
+def fake_reconstruct(monkeypatch):
+    """Replace the attack by a stand-in that returns a fixed 5-point measure and reports 3 steps."""
+    calls = []
+
+    def reconstruct(
+        model, draws, free, fixed=None, support=None, n_points=50, seed=0, config=None, progress=None
+    ):
+        calls.append(SimpleNamespace(model=model, draws=draws, free=free, fixed=fixed, support=support,
+                                     n_points=n_points, seed=seed, config=config))  # fmt: skip
+        for done in range(4):
+            if progress:
+                progress(done, 3)
+        rng = np.random.default_rng(seed)
+        points = {name: rng.normal(90.0, 15.0, size=(n_points, *shape)) for name, shape in free.items()}
+        measure = WeightedMeasure(points, np.full(n_points, TRUE_N / n_points))
+        return SimpleNamespace(measure=measure, objective=-1.5, seconds=0.25, config=config, history={})
+
+    monkeypatch.setattr(pipeline, "reconstruct", reconstruct)
+    return calls
+
+
+def test_reconstruct_prints_table_and_writes_json_and_measure(tmp_path, capsys, fake_reconstruct):
+    out_json, prefix = tmp_path / "out" / "kidiq.json", tmp_path / "measure"
+    argv = ["reconstruct", "--points", "5", "--steps", "3", "--restarts", "1", "--seed", "7"]
+    assert main([*argv, "--json", str(out_json), "--save", str(prefix)]) == 0
+
+    (call,) = fake_reconstruct
+    assert call.n_points == 5 and call.seed == 7
+    assert call.config.steps == 3 and call.config.restarts == 1
+    assert call.free == {"mom_iq": (), "kid_score": ()} and call.fixed == {}
+    assert set(call.draws) >= {"beta[1]", "beta[2]", "sigma"}
+
+    captured = capsys.readouterr()
+    assert "3/3" in captured.err  # the progress bar, on stderr
+    rows = _table_rows(captured.out)
+    assert set(rows) == {("N (total mass)", ""), ("mean", "mom_iq"), ("var", "mom_iq"),
+                         ("mean", "kid_score"), ("var", "kid_score")}  # fmt: skip
+    assert rows[("N (total mass)", "")][:2] == ["434", "434"]
+    assert rows[("mean", "mom_iq")][1] == "100"  # the true mean IQ of the mothers
+    assert "kidiq-kidscore_momiq: 5 weighted points" in captured.out
+
+    summary = json.loads(out_json.read_text())
+    assert summary["posterior"] == "kidiq-kidscore_momiq"
+    assert (summary["points"], summary["seed"], summary["true_n"]) == (5, 7, TRUE_N)
+    assert summary["objective"] == -1.5 and summary["config"]["steps"] == 3
+    assert [r["statistic"] for r in summary["rows"]] == ["N (total mass)", "mean", "var", "mean", "var"]
+    mass = summary["rows"][0]
+    assert mass["recovered"] == pytest.approx(TRUE_N) and mass["relative_error"] == pytest.approx(
+        0, abs=1e-12
+    )
+    assert WeightedMeasure.load(prefix).total_mass() == pytest.approx(TRUE_N)
+
+
+def test_quiet_draws_no_progress_bar(capsys, fake_reconstruct):
+    assert main(["--quiet", "reconstruct", "--points", "3"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_rows_without_truth_leave_the_comparison_empty():
+    measure = WeightedMeasure({"x": np.arange(6.0).reshape(3, 2)}, np.ones(3))
+    entry = SimpleNamespace(free=("x",))
+    recon = SimpleNamespace(
+        measure=measure, objective=float("nan"), seconds=1.0, config=pipeline.ReconConfig()
+    )
+    attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
+    rows = attack.rows()
+    assert [r["column"] for r in rows] == [None, "x[0]", "x[1]", "x[0]", "x[1]"]
+    assert all(r["true"] is None and r["relative_error"] is None for r in rows)
+    summary = attack.to_json()
+    assert summary["objective"] is None and json.dumps(summary)  # NaN becomes null: valid JSON
+
+
+def test_list_shows_registered_present_and_out_of_scope(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    momiq = next(line for line in out.splitlines() if "kidiq-kidscore_momiq" in line)
+    earnings = next(line for line in out.splitlines() if "earnings-earn_height" in line)
+    assert "in database" in momiq and "not in database" in earnings
+    assert "eight_schools-eight_schools_noncentered" in out and "latent" in out
+
+
+def test_python_dash_m_runs_the_cli():
+    result = subprocess.run(
+        [sys.executable, "-m", "bayes_recon", "list"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "kidiq-kidscore_momiq" in result.stdout
+
+
+BAD_INPUT = [
+    ("reconstruct --posterior kidiq-kidscore_momiqq", ["no registered model", "kidiq-kidscore_momiq"]),
+    ("reconstruct --posterior kidscore", ["Did you mean", "kidiq-kidscore_momiq"]),
+    ("reconstruct --posteriordb EMPTY_FOLDER", ["not a posteriordb database", "posterior_database"]),
+    ("list --posteriordb EMPTY_FOLDER", ["not a posteriordb database"]),
+    ("reconstruct --posteriordb NO_SUCH_FOLDER", ["not a posteriordb database"]),
+    ("reconstruct --points 0", ["at least 1", "got 0"]),
+    ("reconstruct --restarts 0", ["restarts must be at least 1", "--restarts"]),
+    ("reconstruct --json EMPTY_FOLDER", ["is a folder"]),
+    (
+        "reconstruct --posterior earnings-earn_height",
+        ["no posterior 'earnings-earn_height'", "--posteriordb"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "messages"), BAD_INPUT)
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys, monkeypatch, fake_reconstruct, argv, messages):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("POSTERIOR_DB_PATH", raising=False)
+    (tmp_path / "EMPTY_FOLDER").mkdir()
+    assert main(["--quiet", *argv.split()]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    for message in messages:
+        assert message in err
+    assert not fake_reconstruct  # refused before any attack ran
+
+
+def test_out_of_scope_posterior_exits_2_with_the_reason(capsys, monkeypatch, fake_reconstruct):
+    monkeypatch.chdir(REPO)
+    if not (SHARED_DB / "posteriors" / "eight_schools-eight_schools_noncentered.json").is_file():
+        pytest.skip(f"no eight_schools posterior in {REPO / SHARED_DB}")
+    argv = [
+        "reconstruct",
+        "--posterior",
+        "eight_schools-eight_schools_noncentered",
+        "--posteriordb",
+        str(SHARED_DB),
+    ]
+    assert main(["--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "out of scope" in err and "latent" in err and "Traceback" not in err
+    assert not fake_reconstruct
+
+
+def test_usage_errors_return_2(capsys):
+    assert main(["reconstruct", "--points", "many"]) == 2
+    assert "invalid int value" in capsys.readouterr().err
+
+
+def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
+    out_json, prefix = tmp_path / "kidiq.json", tmp_path / "measure"
+    argv = [
+        "--quiet",
+        "reconstruct",
+        "--points",
+        "5",
+        "--steps",
+        "5",
+        "--restarts",
+        "1",
+        "--max-draws",
+        "300",
+    ]
+    assert main([*argv, "--json", str(out_json), "--save", str(prefix)]) == 0
+    rows = _table_rows(capsys.readouterr().out)
+    assert rows[("N (total mass)", "")][1] == "434"
+    assert {("mean", "mom_iq"), ("var", "kid_score")} <= set(rows)
+
+    summary = json.loads(out_json.read_text())
+    assert (summary["points"], summary["true_n"], summary["config"]["restarts"]) == (5, TRUE_N, 1)
+    assert np.isfinite(summary["objective"]) and summary["seconds"] > 0
+    by_name = {(r["statistic"], r["column"]): r for r in summary["rows"]}
+    # Even a few steps recover N and the means to well within a factor of two.
+    assert by_name[("N (total mass)", None)]["relative_error"] < 0.5
+    assert by_name[("mean", "mom_iq")]["relative_error"] < 0.5
+    assert by_name[("mean", "kid_score")]["relative_error"] < 0.5
+    measure = WeightedMeasure.load(prefix)
+    assert len(measure) == 5 and measure.total_mass() == pytest.approx(
+        by_name[("N (total mass)", None)]["recovered"]
+    )
