@@ -1,5 +1,20 @@
 """bayes_recon: recover weighted pseudo-data from published posterior draws."""
 
-from bayes_recon.measure import WeightedMeasure, linear_model_errors
+import jax
 
-__all__ = ["WeightedMeasure", "linear_model_errors"]
+# The statistics an attack recovers span many orders of magnitude (N ~ 10², XᵀX ~ 10⁶); float32
+# cannot resolve the divergence's minimum.
+jax.config.update("jax_enable_x64", True)
+
+from bayes_recon.errors import ReconError  # noqa: E402
+from bayes_recon.measure import WeightedMeasure, linear_model_errors  # noqa: E402
+from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct  # noqa: E402
+
+__all__ = [
+    "ReconConfig",
+    "ReconError",
+    "Reconstruction",
+    "WeightedMeasure",
+    "linear_model_errors",
+    "reconstruct",
+]

@@ -81,19 +81,19 @@ def _blr_design(c: Columns) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(c["X"], float), np.asarray(c["y"], float)
 
 
-REAL, POSITIVE, UNIT = constraints.real, constraints.positive, constraints.unit_interval
+REAL, POSITIVE, UNIT, BINARY = constraints.real, constraints.positive, constraints.unit_interval, constraints.boolean
 SCORE = constraints.interval(0.0, 200.0)  # Stan: vector<lower=0, upper=200>
 
 ENTRIES: tuple[Entry, ...] = (
     Entry("kidiq-kidscore_momiq", m.kidscore_momiq, ("mom_iq", "kid_score"),
           {"mom_iq": SCORE, "kid_score": SCORE}, linear=LinearGaussian(_columns("mom_iq", "kid_score"))),
     Entry("kidiq-kidscore_momhs", m.kidscore_momhs, ("mom_hs", "kid_score"),
-          {"mom_hs": UNIT, "kid_score": SCORE}, linear=LinearGaussian(_columns("mom_hs", "kid_score"))),
+          {"mom_hs": BINARY, "kid_score": SCORE}, linear=LinearGaussian(_columns("mom_hs", "kid_score"))),
     Entry("kidiq-kidscore_momhsiq", m.kidscore_momhsiq, ("mom_hs", "mom_iq", "kid_score"),
-          {"mom_hs": UNIT, "mom_iq": SCORE, "kid_score": SCORE},
+          {"mom_hs": BINARY, "mom_iq": SCORE, "kid_score": SCORE},
           linear=LinearGaussian(_columns("mom_hs", "mom_iq", "kid_score"))),
     Entry("kidiq-kidscore_interaction", m.kidscore_interaction, ("mom_hs", "mom_iq", "kid_score"),
-          {"mom_hs": UNIT, "mom_iq": SCORE, "kid_score": SCORE}, linear=LinearGaussian(_kid_interaction)),
+          {"mom_hs": BINARY, "mom_iq": SCORE, "kid_score": SCORE}, linear=LinearGaussian(_kid_interaction)),
     Entry("earnings-earn_height", m.earn_height, ("height", "earn"),
           {"height": POSITIVE, "earn": REAL}, linear=LinearGaussian(_columns("height", "earn"))),
     Entry("kilpisjarvi_mod-kilpisjarvi", m.kilpisjarvi, ("x", "y"), {"x": REAL, "y": REAL},

@@ -1,0 +1,427 @@
+"""The attack: posterior draws + an unmodified NumPyro model → a weighted pseudo-data measure.
+
+Pipeline: check the model and draws → map draws to unconstrained (and standardised) coordinates
+→ build the score-matching objective of the weighted posterior → optimise the pseudo-data in two
+stages (the cloud alone, then every point and weight), all restarts at once under ``vmap`` →
+keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.distributions import constraints
+from numpyro.distributions.constraints import Constraint
+from numpyro.infer.initialization import init_to_uniform
+
+from bayes_recon import pseudo
+from bayes_recon.divergence import Coordinates, Estimator, rademacher_slices, score_matching_objective
+from bayes_recon.draws import as_draws, check_draws
+from bayes_recon.errors import ReconError
+from bayes_recon.measure import WeightedMeasure
+from bayes_recon.optimise import OptimiserConfig, minimise
+from bayes_recon.weighting import WeightedModel
+
+Array = jax.Array
+
+
+@dataclass(frozen=True)
+class ReconConfig:
+    """How the attack runs. The defaults work for models with up to a few dozen parameters.
+
+    ``estimator``: "exact" Fisher divergence (full Hessian trace; the default up to 20
+    parameters), "sliced" or "sliced_vr" (Hessian-vector products, ``n_slices`` per draw, fixed
+    for the run so the objective is deterministic). ``coordinates``: "standardised" (θ whitened by
+    the draws' mean and covariance; affine-invariant) or "unconstrained" (NumPyro's raw
+    unconstrained space).
+
+    Two stages: ``coarse_steps`` of damped Newton move the pseudo-data *cloud* alone (location,
+    scale, total mass; see :mod:`bayes_recon.pseudo`) on a random subset of ``coarse_draws``
+    draws, which needs no knowledge of the data's scale (Newton is affine-invariant); then up
+    to ``steps`` of ``method`` (L-BFGS, or Adam) move every point and weight on every draw.
+    ``batch_size``: minibatches of draws in that second stage (forces Adam); ``max_draws``
+    caps the draws used at all. Both stages stop early once the objective stops changing.
+    """
+
+    estimator: Literal["auto"] | Estimator = "auto"
+    n_slices: int = 4
+    coordinates: Literal["standardised", "unconstrained"] = "standardised"
+    method: Literal["lbfgs", "adam"] = "lbfgs"
+    learning_rate: float = 0.02
+    coarse_draws: int = 500
+    coarse_steps: int = 40
+    steps: int = 150
+    restarts: int = 2
+    batch_size: int | None = None
+    max_draws: int | None = None
+
+    def resolved_estimator(self, dim: int) -> Estimator:
+        if self.estimator == "auto":
+            return "exact" if dim <= 20 else "sliced_vr"
+        return self.estimator
+
+    @property
+    def total_steps(self) -> int:
+        return self.coarse_steps + self.steps
+
+
+class AttackSetup(NamedTuple):
+    """What the attack worked with, for checks against it (the oracle, identifiability, tests)."""
+
+    weighted_model: WeightedModel
+    layout: pseudo.Layout
+    coordinates: Coordinates
+    draws: Array  # (S, d), in the attack's coordinates
+
+
+@dataclass(frozen=True)
+class Reconstruction:
+    """The best restart's measure, its objective, and the convergence history of every restart.
+
+    ``history`` holds per-step arrays with a leading restart axis: ``objective``, ``total_mass``
+    and, per free column (flattened), ``mean`` and ``var`` of the weighted pseudo-data; after a
+    stage converges its rows repeat the final values. ``steps_taken`` (restarts, 2) counts the
+    steps each stage (cloud, then all points) ran before it converged.
+    """
+
+    measure: WeightedMeasure
+    objective: float
+    restart_objectives: np.ndarray
+    best_restart: int
+    history: dict[str, np.ndarray]
+    config: ReconConfig
+    seconds: float  # wall time of the whole attack, compilation included
+    compile_seconds: float
+    setup: AttackSetup
+
+
+def model_arguments(model: Callable) -> tuple[set[str], bool]:
+    parameters = inspect.signature(model).parameters.values()
+    return {p.name for p in parameters}, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -> None:
+    names, takes_any = model_arguments(model)
+    unknown = [n for n in [*free, *fixed] if n not in names and not takes_any]
+    if unknown:
+        raise ReconError(
+            f"the model {getattr(model, '__name__', model)!r} takes no argument(s) {unknown}; its "
+            f"arguments are {sorted(names)}. 'free' names the data arguments to reconstruct."
+        )
+    both = set(free) & set(fixed)
+    if both:
+        raise ReconError(f"{sorted(both)} is both free and fixed; an argument is one or the other")
+    if not free:
+        raise ReconError("'free' is empty: name at least one data argument of the model to reconstruct")
+
+
+def latent_shapes(
+    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
+) -> dict[str, tuple[int, ...]]:
+    """The model's latent sites and shapes; refuses latent variables that grow with the data (per-point latents)."""
+
+    def trace(n: int) -> dict[str, Any]:
+        data = layout.example(n)
+        try:
+            tr = handlers.trace(
+                handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+            ).get_trace(**fixed, **data)
+        except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
+            raise ReconError(
+                f"the model failed on pseudo-data shaped { ({k: v.shape for k, v in data.items()}) }: {err!r}. "
+                "Check 'free' (data axis first, then the column's own shape) and 'fixed'."
+            ) from err
+        return {k: s for k, s in tr.items() if s["type"] == "sample"}
+
+    three, four = trace(3), trace(4)
+    observed = [k for k, s in three.items() if s["is_observed"]]
+    if not observed:
+        raise ReconError(
+            "the model has no observed site for the free data; pass the data as the obs= of a site"
+        )
+    per_point = [
+        k
+        for k, s in three.items()
+        if not s["is_observed"] and jnp.shape(s["value"]) != jnp.shape(four[k]["value"])
+    ]
+    if per_point:
+        raise ReconError(
+            f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
+            "variable, as in eight_schools): the posterior of the shared parameters does not pin down "
+            "a data measure, so this attack does not apply. Use a model whose latent variables are "
+            "shared by all data points (or marginalise the per-point ones)."
+        )
+    return {k: tuple(jnp.shape(s["value"])) for k, s in three.items() if not s["is_observed"]}
+
+
+def _free_shapes(free: Sequence[str] | Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    if isinstance(free, Mapping):
+        return {k: tuple(int(d) for d in v) for k, v in free.items()}
+    if isinstance(free, str):
+        return {free: ()}
+    return {k: () for k in free}
+
+
+def reconstruct(
+    model: Callable,
+    draws: Any,
+    free: Sequence[str] | Mapping[str, Sequence[int]],
+    fixed: Mapping[str, Any] | None = None,
+    support: Mapping[str, Constraint] | None = None,
+    n_points: int = 50,
+    seed: int = 0,
+    config: ReconConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Reconstruction:
+    """Reconstruct ``n_points`` weighted pseudo-data points from posterior draws of ``model``.
+
+    ``free``: the model's data arguments to reconstruct, as names (scalar per data point) or
+    ``{name: trailing shape}``. ``fixed``: arguments the adversary knows, passed as is.
+    ``support``: NumPyro constraints per free column (default real). ``draws``: a dict of
+    arrays, a NumPyro MCMC or an ArviZ object. ``progress(done, total)`` is called after every step.
+    """
+    config = config or ReconConfig()
+    fixed = dict(fixed or {})
+    shapes = _free_shapes(free)
+    check_free(model, list(shapes), fixed)
+    if n_points < 1:
+        raise ReconError(f"n_points must be at least 1, got {n_points}")
+    supports = {k: (support or {}).get(k, constraints.real) for k in shapes}
+    layout = pseudo.Layout(shapes, supports)
+    latent = latent_shapes(model, layout, fixed)
+    draws = check_draws(as_draws(draws), latent)
+    started = time.perf_counter()
+
+    example = {k: jnp.asarray(v[0]) for k, v in draws.items()}
+    weighted = WeightedModel(model, tuple(shapes), fixed, example)
+    theta = jnp.asarray(weighted.to_unconstrained(draws, layout.example(1)))
+    if config.max_draws is not None:
+        theta = theta[: config.max_draws]
+    coordinates = (
+        Coordinates.standardised(theta)
+        if config.coordinates == "standardised"
+        else Coordinates.identity(theta.shape[1])
+    )
+    z = coordinates.to_attack(theta)
+    estimator = config.resolved_estimator(theta.shape[1])
+    subset = jax.random.permutation(jax.random.PRNGKey(seed + 2), z.shape[0])[: config.coarse_draws]
+    minibatch = (
+        config.batch_size if config.batch_size is not None and config.batch_size < z.shape[0] else None
+    )
+
+    def objectives(draws: Array, coarse_draws: Array) -> Objectives:
+        """Built inside the compiled function, so that the draws are arguments, not embedded constants."""
+        build = partial(
+            build_objective, weighted, layout, coordinates, estimator=estimator, n_slices=config.n_slices
+        )
+        return Objectives(
+            coarse=build(coarse_draws, seed=seed + 3),
+            full=build(draws, seed=seed + 1),
+            minibatch=None if minibatch is None else build(draws, seed=seed + 1, batch_size=minibatch),
+        )
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), config.restarts)
+    bases = jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim))(keys)
+    start = pseudo.initial(n_points, layout)
+    on_step = _progress_hook(progress, config.total_steps)
+
+    @jax.jit
+    def run(bases: Array, keys: Array, draws: Array, coarse_draws: Array) -> tuple:
+        fns = objectives(draws, coarse_draws)
+        return jax.vmap(lambda base, key: _stages(fns, layout, start, base, key, config, on_step))(
+            bases, keys
+        )
+
+    compiling = time.perf_counter()
+    compiled = run.lower(bases, keys, z, z[subset]).compile()
+    compile_seconds = time.perf_counter() - compiling
+    params, values, records, final, steps_taken = compiled(bases, keys, z, z[subset])
+    if progress:
+        progress(config.total_steps, config.total_steps)
+    values, final = np.asarray(values), np.asarray(final)
+    _check_finite(values, final, config)
+    best = int(np.argmin(final))
+    best_params = jax.tree_util.tree_map(lambda a: a[best], params)
+    points, weights = pseudo.measure(layout, best_params, bases[best])
+    measure = WeightedMeasure(
+        {k: np.asarray(v) for k, v in points.items()},
+        np.asarray(weights),
+        {
+            "attack": "bayes_recon.reconstruct",
+            "estimator": estimator,
+            "seed": seed,
+            "objective": float(final[best]),
+            "config": asdict(config),
+            "n_draws": int(z.shape[0]),
+        },
+    )
+    mass, mean, var = (np.asarray(r) for r in records)
+    history = {
+        "objective": values,
+        "total_mass": mass,
+        "mean": mean,
+        "var": var,
+        "steps_taken": np.asarray(steps_taken),
+    }
+    return Reconstruction(
+        measure,
+        float(final[best]),
+        final,
+        best,
+        history,
+        config,
+        time.perf_counter() - started,
+        compile_seconds,
+        AttackSetup(weighted, layout, coordinates, z),
+    )
+
+
+PseudoObjective = Callable[[pseudo.Pseudo, Array, Array], Array]
+
+
+class Objectives(NamedTuple):
+    """The score-matching objective on a subset of draws (coarse stage), on all draws, and minibatched."""
+
+    coarse: PseudoObjective
+    full: PseudoObjective
+    minibatch: PseudoObjective | None
+
+
+def build_objective(
+    weighted: WeightedModel,
+    layout: pseudo.Layout,
+    coordinates: Coordinates,
+    draws: Array,
+    estimator: Estimator,
+    n_slices: int,
+    seed: int,
+    batch_size: int | None = None,
+) -> PseudoObjective:
+    """J(params; base points, key): the score-matching objective of the weighted posterior.
+
+    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key;
+    otherwise all draws with slices fixed once (from ``seed``), so the objective is deterministic.
+    """
+    n_draws, dim = draws.shape
+    sliced = estimator != "exact"
+    fixed_slices = rademacher_slices(jax.random.PRNGKey(seed), n_draws, n_slices, dim) if sliced else None
+
+    def objective(params: pseudo.Pseudo, base: Array, batch_key: Array) -> Array:
+        points, w = pseudo.measure(layout, params, base)
+        log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
+        if batch_size is None:
+            return score_matching_objective(log_q, draws, fixed_slices, estimator)
+        rows_key, slices_key = jax.random.split(batch_key)
+        rows = jax.random.choice(rows_key, n_draws, (batch_size,), replace=False)
+        slices = rademacher_slices(slices_key, batch_size, n_slices, dim) if sliced else None
+        return score_matching_objective(log_q, draws[rows], slices, estimator)
+
+    return jax.jit(objective)  # traced once, reused by every stage and derivative
+
+
+def _progress_hook(
+    progress: Callable[[int, int], None] | None, total: int
+) -> Callable[[int], Callable] | None:
+    """Per-stage step callbacks that report the overall step count once per step (restarts share it)."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def stage(offset: int) -> Callable[[Array], None]:
+        def report(index: Array) -> None:
+            step = offset + int(index) + 1
+            if step > done[0]:
+                done[0] = step
+                progress(step, total)
+
+        return report
+
+    return stage
+
+
+def _stages(
+    objectives: Objectives,
+    layout: pseudo.Layout,
+    start: pseudo.Pseudo,
+    base: Array,
+    key: Array,
+    config: ReconConfig,
+    on_step: Callable[[int], Callable] | None,
+) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
+    """Newton on the cloud (a subset of draws), then every point and weight (all draws).
+
+    Returns the final parameters, the objective after every step, the recorded total mass,
+    weighted means and variances per step, the objective on all draws at the end, and the
+    steps each stage took before it converged.
+    """
+    newton = OptimiserConfig("newton")
+    minibatched = objectives.minibatch is not None
+    fine = OptimiserConfig("adam" if minibatched else config.method, config.learning_rate)
+
+    def record(params: pseudo.Pseudo) -> tuple[Array, Array, Array]:
+        points, w = pseudo.measure(layout, params, base)
+        x = jnp.concatenate([v.reshape(v.shape[0], -1) for v in points.values()], axis=1)
+        mean = w @ x / jnp.sum(w)
+        return jnp.sum(w), mean, w @ (x - mean) ** 2 / jnp.sum(w)
+
+    def cloud_only(fn: PseudoObjective) -> Callable[[pseudo.Cloud, Array], Array]:
+        return lambda cloud, k: fn(pseudo.Pseudo(cloud, start.points), base, k)
+
+    def cloud_record(cloud: pseudo.Cloud) -> tuple[Array, Array, Array]:
+        return record(pseudo.Pseudo(cloud, start.points))
+
+    def hook(offset: int) -> Callable[[Array], None] | None:
+        return None if on_step is None else on_step(offset)
+
+    keys = jax.random.split(key)
+    coarse, v1, r1, n1 = minimise(
+        cloud_only(objectives.coarse),
+        start.cloud,
+        keys[0],
+        config.coarse_steps,
+        newton,
+        cloud_record,
+        hook(0),
+    )
+    last = objectives.minibatch if minibatched else objectives.full
+    final, v2, r2, n2 = minimise(
+        lambda params, k: last(params, base, k),
+        pseudo.Pseudo(coarse.params, start.points),
+        keys[1],
+        config.steps,
+        fine,
+        record,
+        hook(config.coarse_steps),
+    )
+    values = jnp.concatenate([v1, v2])
+    records = tuple(jnp.concatenate(parts) for parts in zip(r1, r2, strict=True))
+    final_value = objectives.full(final.params, base, key) if minibatched else final.value
+    return final.params, values, records, final_value, jnp.stack([n1, n2])
+
+
+def _check_finite(values: np.ndarray, final: np.ndarray, config: ReconConfig) -> None:
+    if np.all(np.isfinite(final)):
+        return
+    if not np.isfinite(values[:, 0]).any():
+        raise ReconError(
+            "the objective is not finite at the initial pseudo-data (all points at the centre of each "
+            "column's support); check the supports given for the free columns and that the draws "
+            "come from this model"
+        )
+    bad = np.argwhere(~np.isfinite(values))
+    where = f" (first at step {int(bad[0][1])} of restart {int(bad[0][0])})" if len(bad) else ""
+    raise ReconError(
+        f"the objective became non-finite during optimisation{where}. Usually the pseudo-data left "
+        "the region where the likelihood is defined, or a step was too large: give the free columns "
+        "their supports (support=...), keep coordinates='standardised', lower learning_rate "
+        f"(now {config.learning_rate}) or use method='lbfgs', and check the draws for outliers."
+    )

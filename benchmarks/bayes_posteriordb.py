@@ -1,0 +1,201 @@
+"""Sliced/exact Fisher-divergence reconstruction on every registry regression posterior, against the oracle.
+
+For a Gaussian linear regression the attack can at best recover T = (N, XᵀX, Xᵀy, yᵀy), and the
+divergence estimated from the draws is a quadratic in T whose exact minimiser is the oracle
+(``bayes_recon.oracle``). For each posterior, number of pseudo-points M and seed this prints one
+row: the sum of weights against N; for each statistic its error against the oracle (in the
+attack's coordinates) and against the truth (scale-free, see ``linear_model_errors``); the
+(β, log σ)-coordinates oracle's error against the truth; the bootstrap spread of the oracle over
+the draws; wall seconds (JIT included) and the time per optimisation step. Bars (issue 2):
+
+* every statistic within 1 % of the oracle;
+* no further from the truth than the (β, log σ) oracle is, plus 1 %;
+* one M = 50 kidiq run ≤ 30 s wall, JIT included.
+
+``--slices`` adds the sliced estimators' distance to the exact-divergence oracle as a function
+of slices per draw and steps (kidiq-kidscore_momiq, M = 50).
+
+Run (from the repository root):
+    .venv/bin/python benchmarks/bayes_posteriordb.py --json results/bayes_posteriordb.json --slices
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import bayes_recon as br
+from bayes_recon.divergence import Coordinates
+from bayes_recon.models import REGISTRY, Entry
+from bayes_recon.oracle import oracle_for
+from bayes_recon.posteriordb import load_posterior
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "posteriordb" / "posterior_database"
+STATS = ("N", "XtX", "Xty", "yty")
+
+
+def linear_statistics(
+    entry: Entry, points: dict[str, np.ndarray], weights: np.ndarray
+) -> dict[str, np.ndarray]:
+    x, y = entry.linear.design(points)
+    return br.WeightedMeasure(points, weights).linear_model_statistics(x, y)
+
+
+def attack(name: str, entry: Entry, posterior: Any, n_points: int, seed: int, config: br.ReconConfig) -> Any:
+    data = entry.model_data(posterior.data)
+    return br.reconstruct(
+        entry.model,
+        posterior.draws,
+        free={k: data[k].shape[1:] for k in entry.free},
+        fixed={k: data[k] for k in entry.fixed},
+        support=entry.support,
+        n_points=n_points,
+        seed=seed,
+        config=config,
+    )
+
+
+def run_posterior(
+    name: str, database: Path, points: list[str], seeds: list[int], bootstrap: int
+) -> list[dict]:
+    entry = REGISTRY[name]
+    posterior = load_posterior(name, database)
+    data = entry.model_data(posterior.data)
+    n_true = len(next(iter(data.values())))
+    truth = linear_statistics(entry, {k: data[k] for k in entry.free}, np.ones(n_true))
+    rows, oracles = [], None
+    for m in points:
+        n_points = n_true if m == "N" else int(m)
+        for seed in seeds:
+            started = time.perf_counter()
+            result = attack(name, entry, posterior, n_points, seed, br.ReconConfig())
+            wall = time.perf_counter() - started
+            if oracles is None:  # the coordinates depend on the draws only: one oracle per posterior
+                dim = result.setup.draws.shape[1]
+                oracles = {
+                    "attack": oracle_for(result, entry.linear, n_bootstrap=bootstrap),
+                    "raw": oracle_for(result, entry.linear, Coordinates.identity(dim)),
+                }
+            measure = result.measure
+            estimate = linear_statistics(entry, dict(measure.points), measure.weights)
+            vs_oracle = br.linear_model_errors(estimate, oracles["attack"].statistics)
+            vs_truth = br.linear_model_errors(estimate, truth)
+            raw_vs_truth = br.linear_model_errors(oracles["raw"].statistics, truth)
+            attack_vs_truth = br.linear_model_errors(oracles["attack"].statistics, truth)
+            steps = int(result.history["steps_taken"].sum(axis=1).max())
+            rows.append(
+                {
+                    "posterior": name,
+                    "M": n_points,
+                    "seed": seed,
+                    "N": n_true,
+                    "mass": measure.total_mass(),
+                    "vs_oracle": vs_oracle,
+                    "vs_truth": vs_truth,
+                    "oracle_vs_truth": attack_vs_truth,
+                    "raw_oracle_vs_truth": raw_vs_truth,
+                    "oracle_spread": oracles["attack"].spread(),
+                    "wall_s": wall,
+                    "compile_s": result.compile_seconds,
+                    "steps": steps,
+                    "s_per_step": (result.seconds - result.compile_seconds) / max(steps, 1),
+                    "bar_oracle": max(vs_oracle.values()) <= 0.01,
+                    "bar_truth": all(vs_truth[k] <= raw_vs_truth[k] + 0.01 for k in STATS),
+                }
+            )
+            print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def slices_study(database: Path, bootstrap: int) -> list[dict]:
+    """Distance of the sliced estimators' reconstruction to the exact-divergence oracle."""
+    name = "kidiq-kidscore_momiq"
+    entry, posterior = REGISTRY[name], load_posterior(name, database)
+    exact = attack(name, entry, posterior, 50, 0, br.ReconConfig(estimator="exact"))
+    oracle = oracle_for(exact, entry.linear, n_bootstrap=bootstrap)
+    rows = []
+    for estimator in ("sliced", "sliced_vr"):
+        for n_slices in (1, 4, 16):
+            for steps in (50, 150):
+                config = br.ReconConfig(estimator=estimator, n_slices=n_slices, steps=steps)
+                started = time.perf_counter()
+                result = attack(name, entry, posterior, 50, 0, config)
+                estimate = linear_statistics(entry, dict(result.measure.points), result.measure.weights)
+                errors = br.linear_model_errors(estimate, oracle.statistics)
+                row = {"estimator": estimator, "slices": n_slices, "steps": steps,
+                       "vs_exact_oracle": errors, "wall_s": time.perf_counter() - started}  # fmt: skip
+                rows.append(row)
+                print(
+                    f"{estimator:>9} slices={n_slices:>2} steps={steps:>3}  max error vs exact oracle "
+                    f"{100 * max(errors.values()):6.2f} %  ({row['wall_s']:.1f} s)",
+                    flush=True,
+                )
+    return rows
+
+
+HEADER = (
+    f"{'posterior':<32}{'M':>5}{'seed':>5}{'mass':>9}{'N':>6}  "
+    f"{'vs oracle % (N XtX Xty yty)':<29}{'vs truth %':<25}{'(β,logσ) oracle %':<25}"
+    f"{'spread %':>9}{'wall s':>8}{'ms/step':>8}  bars"
+)
+
+
+def format_row(row: dict) -> str:
+    def four(errors: dict[str, float]) -> str:
+        return " ".join(f"{100 * errors[k]:5.2f}" for k in STATS)
+
+    bars = ("ok" if row["bar_oracle"] else "ORACLE") + "/" + ("ok" if row["bar_truth"] else "TRUTH")
+    return (
+        f"{row['posterior']:<32}{row['M']:>5}{row['seed']:>5}{row['mass']:>9.1f}{row['N']:>6}  "
+        f"{four(row['vs_oracle']):<29}{four(row['vs_truth']):<25}{four(row['raw_oracle_vs_truth']):<25}"
+        f"{100 * max(row['oracle_spread'].values()):>9.2f}{row['wall_s']:>8.1f}"
+        f"{1000 * row['s_per_step']:>8.1f}  {bars}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--posteriordb", type=Path, default=SHARED, help="posteriordb posterior_database folder"
+    )
+    parser.add_argument(
+        "--posteriors", help="comma-separated names (default: every registry posterior present)"
+    )
+    parser.add_argument("--points", default="10,50,N", help="comma-separated M values; N = the true N")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples of the oracle")
+    parser.add_argument("--slices", action="store_true", help="also run the sliced-estimator study")
+    parser.add_argument("--json", type=Path, help="write every row here")
+    args = parser.parse_args()
+
+    available = {p.stem for p in (args.posteriordb / "posteriors").glob("*.json")}
+    names = args.posteriors.split(",") if args.posteriors else sorted(n for n in REGISTRY if n in available)
+    print(f"{len(names)} posteriors from {args.posteriordb}\n{HEADER}", flush=True)
+    rows = []
+    for name in names:
+        rows += run_posterior(name, args.posteriordb, args.points.split(","), [int(s) for s in args.seeds.split(",")],
+                              args.bootstrap)  # fmt: skip
+    print(f"\nbar 'within 1 % of the oracle': {sum(r['bar_oracle'] for r in rows)}/{len(rows)} rows; "
+          f"bar 'no further from the truth than the (β, log σ) oracle + 1 %': "
+          f"{sum(r['bar_truth'] for r in rows)}/{len(rows)} rows")  # fmt: skip
+    kidiq = [r for r in rows if r["posterior"] == "kidiq-kidscore_momiq" and r["M"] == 50]
+    if kidiq:
+        walls = ", ".join(f"{r['wall_s']:.1f}" for r in kidiq)
+        print(f"kidiq-kidscore_momiq, M = 50: wall {walls} s "
+              f"(JIT included; bar ≤ 30 s), {1000 * np.mean([r['s_per_step'] for r in kidiq]):.1f} ms per step")  # fmt: skip
+    study = slices_study(args.posteriordb, args.bootstrap) if args.slices else []
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": rows, "slices": study}, indent=1, default=float))
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
