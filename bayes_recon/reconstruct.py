@@ -22,6 +22,7 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates, Estimator, rademacher_slices, score_matching_objective
@@ -163,6 +164,57 @@ def latent_shapes(
     return {k: tuple(jnp.shape(s["value"])) for k, s in three.items() if not s["is_observed"]}
 
 
+Predictor = Callable[[Mapping[str, Array], Array], dict[str, Array]]
+
+
+def response_predictor(
+    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], params: Mapping[str, Array]
+) -> tuple[set[str], Predictor | None]:
+    """The free columns that are an observed site's values (responses), and a sampler of them given the rest.
+
+    Responses (kid_score, earn, y) have a generative model and covariates do not. Drawing the
+    responses from the model at the posterior mean ``params``, given the pseudo-covariates, puts
+    the weighted posterior's location right before any optimisation, whatever the data's scale.
+    The sampler takes its standard-normal noise (one column per response coordinate) and maps it
+    through the distribution's quantile function: with noise that is exactly uncorrelated with the
+    covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
+    """
+    probe = layout.probe(jax.random.PRNGKey(0), 3)
+    trace = handlers.trace(
+        handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+    ).get_trace(**fixed, **probe)
+    sites = {
+        column: name
+        for name, site in trace.items()
+        if site["type"] == "sample" and site["is_observed"]
+        for column, value in probe.items()
+        if not pseudo.is_binary(layout.support(column))
+        and jnp.shape(site["value"]) == jnp.shape(value)
+        and bool(jnp.allclose(site["value"], value))
+    }
+
+    def predict(data: Mapping[str, Array], noise: Array) -> dict[str, Array]:
+        covariates = {k: v for k, v in data.items() if k not in sites}
+        run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
+        sampled = run.get_trace(**fixed, **covariates)
+        out, start = {}, 0
+        for column, name in sites.items():
+            shape = jnp.shape(sampled[name]["value"])
+            width = int(np.prod(shape[1:], dtype=int))
+            quantile = jax.scipy.special.ndtr(noise[:, start : start + width].reshape(shape))
+            out[column] = sampled[name]["fn"].icdf(jnp.clip(quantile, 1e-12, 1 - 1e-12))
+            start += width
+        return out
+
+    if not sites:
+        return set(), None
+    try:
+        predict(probe, jnp.zeros((3, len(layout.coordinates_of(set(sites))))))
+    except Exception:  # the model cannot sample its responses (no default argument, no quantile function)
+        return set(), None
+    return set(sites), predict
+
+
 def _free_shapes(free: Sequence[str] | Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
     if isinstance(free, Mapping):
         return {k: tuple(int(d) for d in v) for k, v in free.items()}
@@ -231,13 +283,21 @@ def reconstruct(
 
     keys = jax.random.split(jax.random.PRNGKey(seed), config.restarts)
     bases = jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim))(keys)
-    start = pseudo.initial(n_points, layout)
+    posterior_mean = constrain_fn(
+        model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta.mean(axis=0))
+    )
+    responses, predict = response_predictor(model, layout, fixed, posterior_mean)
+    begin = Start(
+        pseudo.initial(n_points, layout),
+        partial(_with_responses, layout, responses, predict, pseudo.initial(n_points, layout).points),
+        tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses)),
+    )
     on_step = _progress_hook(progress, config.total_steps)
 
     @jax.jit
     def run(bases: Array, keys: Array, draws: Array, coarse_draws: Array) -> tuple:
         fns = objectives(draws, coarse_draws)
-        return jax.vmap(lambda base, key: _stages(fns, layout, start, base, key, config, on_step))(
+        return jax.vmap(lambda base, key: _stages(fns, layout, begin, base, key, config, on_step))(
             bases, keys
         )
 
@@ -328,6 +388,24 @@ def build_objective(
     return jax.jit(objective)  # traced once, reused by every stage and derivative
 
 
+def _with_responses(
+    layout: pseudo.Layout,
+    responses: set[str],
+    predict: Predictor | None,
+    points: pseudo.Points,
+    cloud: pseudo.Cloud,
+    base: Array,
+) -> pseudo.Cloud:
+    """The cloud refitted to its own covariates with the responses drawn from the model's predictive."""
+    if predict is None:
+        return cloud
+    data, weights = pseudo.measure(layout, pseudo.Pseudo(cloud, points), base)
+    noise = base[:, np.asarray(layout.coordinates_of(responses), dtype=int)]
+    data = {**data, **predict(data, jnp.tile(noise, (len(weights) // len(base), 1)))}
+    z = layout.unconstrain(data)
+    return pseudo.fit_cloud(cloud, jnp.where(jnp.isfinite(z), z, 0.0), weights)
+
+
 def _progress_hook(
     progress: Callable[[int, int], None] | None, total: int
 ) -> Callable[[int], Callable] | None:
@@ -348,16 +426,26 @@ def _progress_hook(
     return stage
 
 
+class Start(NamedTuple):
+    """Where every restart starts: the unit cloud, how responses are filled in, which scales are searched."""
+
+    params: pseudo.Pseudo
+    with_responses: Callable[[pseudo.Cloud, Array], pseudo.Cloud]  # (cloud, base points) → cloud
+    searched: tuple[int, ...]  # the covariates' coordinates
+
+
 def _stages(
     objectives: Objectives,
     layout: pseudo.Layout,
-    start: pseudo.Pseudo,
+    begin: Start,
     base: Array,
     key: Array,
     config: ReconConfig,
     on_step: Callable[[int], Callable] | None,
 ) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
-    """Newton on the cloud (a subset of draws), then every point and weight (all draws).
+    start = begin.params
+    """Responses from the model's predictive and a grid search of the covariates' scales and the
+    mass, Newton on the cloud (all on a subset of draws), then every point and weight (all draws).
 
     Returns the final parameters, the objective after every step, the recorded total mass,
     weighted means and variances per step, the objective on all draws at the end, and the
@@ -383,9 +471,16 @@ def _stages(
         return None if on_step is None else on_step(offset)
 
     keys = jax.random.split(key)
+
+    def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
+        return begin.with_responses(cloud, base)
+
+    scaled = pseudo.search_scales(
+        lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]), start.cloud, begin.searched
+    )
     coarse, v1, r1, n1 = minimise(
         cloud_only(objectives.coarse),
-        start.cloud,
+        responded(scaled),
         keys[0],
         config.coarse_steps,
         newton,

@@ -1,0 +1,177 @@
+"""The attack's math: the truth is stationary, the optimiser lands on the oracle, and its parts do what they say."""
+
+from __future__ import annotations
+
+import arviz
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.distributions import constraints
+
+import bayes_recon as br
+from bayes_recon import pseudo
+from bayes_recon.divergence import Coordinates, score_matching_objective
+from bayes_recon.draws import as_draws
+from bayes_recon.models import lookup
+from bayes_recon.optimise import OptimiserConfig, minimise
+from bayes_recon.oracle import oracle_for
+from bayes_recon.posteriordb import load_posterior
+from bayes_recon.reconstruct import response_predictor
+from bayes_recon.weighting import WeightedModel
+
+KIDIQ = "kidiq-kidscore_momiq"
+
+
+@pytest.fixture(scope="module")
+def kidiq():
+    entry, posterior = lookup(KIDIQ), load_posterior(KIDIQ)
+    data = entry.model_data(posterior.data)
+    return entry, posterior, {k: jnp.asarray(data[k]) for k in entry.free}
+
+
+def test_true_data_is_a_stationary_point_of_the_divergence(kidiq):
+    """d/dα J at the true data scaled by α vanishes at α = 1 within Monte Carlo error, and not at α = 1.3."""
+    entry, posterior, data = kidiq
+    n = len(data["mom_iq"])
+    draws = {k: jnp.asarray(v) for k, v in as_draws(posterior.draws).items()}
+    model = WeightedModel(entry.model, entry.free, {}, {k: v[0] for k, v in draws.items()})
+    theta = jnp.asarray(model.to_unconstrained(draws, data))
+    coordinates = Coordinates.standardised(theta)
+    z = coordinates.to_attack(theta)
+
+    def objective(alpha, shift, batch):
+        shifted = {**data, "mom_iq": data["mom_iq"] + shift}
+        log_q = coordinates.pull_back(lambda th: model.log_density(th, shifted, alpha * jnp.ones(n)))
+        return score_matching_objective(log_q, batch, None, "exact")
+
+    batches = z.reshape(20, -1, z.shape[1])
+    slope = jax.jit(jax.vmap(jax.grad(objective, argnums=(0, 1)), in_axes=(None, None, 0)))
+
+    def z_scores(alpha: float, shift: float) -> np.ndarray:
+        """Mean over draw batches of (∂J/∂α, ∂J/∂shift) in units of its Monte Carlo standard error."""
+        per_batch = np.stack([np.asarray(d) for d in slope(alpha, shift, batches)], axis=1)
+        return per_batch.mean(0) / (per_batch.std(0, ddof=1) / np.sqrt(len(per_batch)))
+
+    assert np.all(np.abs(z_scores(1.0, 0.0)) < 4)  # the truth: stationary in mass and location
+    assert abs(z_scores(1.3, 0.0)[0]) > 10  # too much mass: the mass derivative is far from zero
+    assert abs(z_scores(1.0, 3.0)[1]) > 10  # mom_iq shifted: the location derivative is far from zero
+
+
+def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq):
+    """No optimiser can beat the oracle on the same draws; a working one reaches it (here to 0.1 %)."""
+    entry, posterior, data = kidiq
+    by_site = as_draws(posterior.draws)  # Stan names → sites
+    idata = arviz.from_dict(posterior={k: np.asarray(v)[None, :2000] for k, v in by_site.items()})
+    result = br.reconstruct(entry.model, idata, free=list(entry.free), support=entry.support, n_points=10,
+                            seed=0, config=br.ReconConfig(restarts=1))  # fmt: skip
+    x, y = entry.linear.design(dict(result.measure.points))
+    estimate = result.measure.linear_model_statistics(x, y)
+    oracle = oracle_for(result, entry.linear).statistics
+    assert max(br.linear_model_errors(estimate, oracle).values()) < 1e-3
+    assert result.measure.total_mass() == pytest.approx(float(oracle["N"]), rel=1e-3)
+    assert np.isfinite(result.history["objective"]).all() and result.history["steps_taken"].shape == (1, 2)
+
+
+def test_response_predictor_finds_the_observed_column_and_predicts_the_regression_line(kidiq):
+    entry, _, _ = kidiq
+    layout = pseudo.Layout({"mom_iq": (), "kid_score": ()}, entry.support)
+    params = {"beta": jnp.array([26.0, 0.6]), "sigma": jnp.asarray(18.0)}
+    responses, predict = response_predictor(entry.model, layout, {}, params)
+    assert responses == {"kid_score"}
+    mom_iq = jnp.array([80.0, 100.0, 120.0])
+    mean = predict({"mom_iq": mom_iq}, jnp.zeros((3, 1)))["kid_score"]
+    np.testing.assert_allclose(mean, 26.0 + 0.6 * mom_iq, rtol=1e-9)
+    high = predict({"mom_iq": mom_iq}, jnp.ones((3, 1)))["kid_score"]
+    np.testing.assert_allclose(high - mean, 18.0, rtol=1e-6)  # noise maps through the quantile function
+
+
+def test_binary_columns_are_split_into_exact_zero_one_points():
+    layout = pseudo.Layout({"hs": (), "x": ()}, {"hs": constraints.boolean})
+    params = pseudo.initial(4, layout)
+    params = params._replace(
+        points=params.points._replace(binary_logit=jnp.array([[0.0], [2.0], [-2.0], [5.0]]))
+    )
+    base = pseudo.base_points(jax.random.PRNGKey(0), 4, layout.dim)
+    points, weights = pseudo.measure(layout, params, base)
+    assert points["hs"].shape == (8,) and set(np.asarray(points["hs"]).tolist()) == {0.0, 1.0}
+    np.testing.assert_allclose(weights.sum(), 4.0)  # splitting keeps every point's mass
+    p_one = np.asarray(weights)[np.asarray(points["hs"]) == 1.0]
+    np.testing.assert_allclose(p_one, jax.nn.sigmoid(jnp.array([0.0, 2.0, -2.0, 5.0])), rtol=1e-12)
+    with pytest.raises(br.ReconError, match="binary"):
+        pseudo.Layout({f"b{i}": () for i in range(5)}, {f"b{i}": constraints.boolean for i in range(5)})
+
+
+def test_fit_cloud_reproduces_weighted_moments_exactly():
+    z = jax.random.normal(jax.random.PRNGKey(1), (40, 3)) * jnp.array([1.0, 1e4, 1e-3]) + jnp.array(
+        [5.0, 2e4, 0.0]
+    )
+    weights = jnp.linspace(0.5, 2.0, 40)
+    layout = pseudo.Layout({"a": (3,)}, {})
+    cloud = pseudo.fit_cloud(pseudo.initial(40, layout).cloud, z, weights)
+    base = pseudo.base_points(jax.random.PRNGKey(2), 200, 3)
+    points = cloud.shift + base @ pseudo.scale_matrix(cloud).T
+    p = weights / weights.sum()
+    np.testing.assert_allclose(points.mean(0), p @ z, rtol=1e-9)
+    np.testing.assert_allclose(
+        jnp.cov(points.T, bias=True), ((z - p @ z) * p[:, None]).T @ (z - p @ z), rtol=1e-6
+    )
+
+
+def test_scale_search_finds_the_order_of_magnitude():
+    layout = pseudo.Layout({"a": (2,)}, {})
+    cloud = pseudo.initial(5, layout).cloud
+    target = jnp.array([7.0, -1.0])
+    found = pseudo.search_scales(
+        lambda c: jnp.sum((c.log_diag - target) ** 2) + (c.log_mass - 4.0) ** 2, cloud, [0, 1]
+    )
+    np.testing.assert_allclose(found.log_diag, target)
+    assert float(found.log_mass) == 4.0
+
+
+@pytest.mark.parametrize("method", ["newton", "lbfgs"])
+def test_optimisers_solve_a_badly_scaled_problem_and_stop_early(method):
+    """Scales 10⁴ apart: Newton (affine-invariant) and L-BFGS both converge, and the loop stops once done."""
+
+    def objective(x, key):
+        return (1e4 * x["a"] - 3.0) ** 2 + (1e-2 * x["b"] - 2.0) ** 2 + 0.1 * (x["a"] * x["b"]) ** 2
+
+    start = {"a": jnp.asarray(1.0), "b": jnp.asarray(1.0)}
+    state, values, _, steps = jax.jit(
+        lambda p: minimise(objective, p, jax.random.PRNGKey(0), 300, OptimiserConfig(method))
+    )(start)
+    grad = jax.grad(objective)(state.params, None)
+    assert abs(float(grad["a"])) < 1e-4 and abs(float(grad["b"])) < 1e-4
+    assert int(steps) < 300 and values.shape == (300,) and float(values[-1]) == float(state.value)
+    assert np.all(
+        np.diff(np.asarray(values)[: int(steps)]) <= 1e-12
+    )  # monotone: refused steps change nothing
+
+
+def test_restarts_are_vmapped_through_minimise():
+    def objective(x, key):
+        return jnp.sum((x - 3.0) ** 2)
+
+    starts = jnp.array([[0.0, 1.0], [10.0, -4.0], [2.0, 2.0]])
+    final, _, _, _ = jax.jit(jax.vmap(lambda p: minimise(objective, p, jax.random.PRNGKey(0), 20,
+                                                         OptimiserConfig("lbfgs"))))(starts)  # fmt: skip
+    np.testing.assert_allclose(final.params, 3.0, atol=1e-6)
+
+
+def test_bad_inputs_name_the_problem(kidiq):
+    entry, posterior, _ = kidiq
+    with pytest.raises(br.ReconError, match="takes no argument"):
+        br.reconstruct(entry.model, posterior.draws, free=["mom_iq", "height"])
+    with pytest.raises(br.ReconError, match="at least 1"):
+        br.reconstruct(entry.model, posterior.draws, free=list(entry.free), n_points=0)
+
+    def per_point(x, y=None):
+        mu = numpyro.sample("mu", dist.Normal(0, 1))
+        with numpyro.plate("data", x.shape[0]):
+            effect = numpyro.sample("effect", dist.Normal(mu, 1))
+            numpyro.sample("y", dist.Normal(effect + x, 1), obs=y)
+
+    with pytest.raises(br.ReconError, match="per-point latent"):
+        br.reconstruct(per_point, {"mu": np.zeros(100), "effect": np.zeros((100, 3))}, free=["x", "y"])
