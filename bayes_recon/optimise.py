@@ -62,7 +62,8 @@ class Optimiser(NamedTuple):
 def optax_optimiser(objective: Objective, config: OptimiserConfig, steps: int) -> Optimiser:
     """L-BFGS reuses the value and gradient its line search already computed; Adam evaluates each step."""
     if config.method == "lbfgs":
-        transform = optax.lbfgs(memory_size=config.memory)
+        linesearch = optax.scale_by_zoom_linesearch(max_linesearch_steps=10, initial_guess_strategy="one")
+        transform = optax.lbfgs(memory_size=config.memory, linesearch=linesearch)
     else:
         schedule = optax.cosine_decay_schedule(config.learning_rate, max(steps, 1), alpha=0.01)
         transform = optax.with_extra_args_support(optax.adam(schedule))

@@ -16,11 +16,11 @@ Points are z_j = shift + scale (u_j + r_j) in each column's unconstrained space,
 the data's support (positive, bounded, real) by NumPyro's bijections.
 
 Binary columns (support ``constraints.boolean``) are not relaxed to (0, 1), where the true data
-would sit on the boundary and the optimiser would chase infinite logits. Each pseudo-point
-instead carries a probability per binary column and is split into its 2^B combinations of
-exact 0/1 values, weighted by their probabilities. In the cloud, a binary column's logit is an
-affine function of the whitened base point (a logistic regression on the continuous columns),
-so the cloud already expresses the proportion and its association with the other columns.
+would sit on the boundary and the optimiser would chase infinite logits. They stratify the
+pseudo-data instead: each of the C = 2^B combinations of 0/1 values gets M points with exact
+binary values and a cloud (and mass) of its own, so group sizes and within-group moments (an
+interaction term's statistics) are all in reach of the clouds. Every array below carries the
+leading stratum axis C (C = 1 without binary columns).
 """
 
 from __future__ import annotations
@@ -40,22 +40,19 @@ from numpyro.distributions.transforms import biject_to
 from bayes_recon.errors import ReconError
 
 Array = jax.Array
-MAX_BINARY = 4  # 2^B combinations per pseudo-point
+MAX_BINARY = 4  # 2^B strata
 
 
 class Cloud(NamedTuple):
-    shift: Array  # (D,)
-    log_diag: Array  # (D,)
-    lower: Array  # (D, D), strictly-lower part used
-    log_mass: Array  # ()
-    binary_shift: Array  # (B,)
-    binary_slope: Array  # (D, B)
+    shift: Array  # (C, D)
+    log_diag: Array  # (C, D)
+    lower: Array  # (C, D, D), strictly-lower part used
+    log_mass: Array  # (C,)
 
 
 class Points(NamedTuple):
-    residual: Array  # (M, D)
-    logit: Array  # (M,)
-    binary_logit: Array  # (M, B)
+    residual: Array  # (C, M, D)
+    logit: Array  # (C, M)
 
 
 class Pseudo(NamedTuple):
@@ -77,8 +74,8 @@ class Layout:
     def __post_init__(self) -> None:
         if self.binary_dim > MAX_BINARY:
             raise ReconError(
-                f"{self.binary_dim} binary data coordinates; each pseudo-point is split into 2^B "
-                f"combinations, so at most {MAX_BINARY} are supported. Declare the others with "
+                f"{self.binary_dim} binary data coordinates; the pseudo-data has 2^B strata of M points, "
+                f"so at most {MAX_BINARY} are supported. Declare the others with "
                 "support=constraints.unit_interval (a continuous relaxation)."
             )
 
@@ -100,6 +97,12 @@ class Layout:
     @property
     def binary_dim(self) -> int:
         return sum(self.widths(True).values())
+
+    @property
+    def strata(self) -> Array:
+        """The C = 2^B combinations of binary values, (C, B)."""
+        combinations = list(itertools.product((0.0, 1.0), repeat=self.binary_dim))
+        return jnp.asarray(combinations, dtype=float).reshape(2**self.binary_dim, self.binary_dim)
 
     def assemble(self, z: Array, bits: Array) -> dict[str, Array]:
         """(M, D) unconstrained and (M, B) 0/1 coordinates → {name: (M, *shape)} in each column's support."""
@@ -152,12 +155,10 @@ def base_points(key: Array, n_points: int, dim: int) -> Array:
 
 
 def initial(n_points: int, layout: Layout) -> Pseudo:
-    """A unit cloud at the origin of the unconstrained space, binary columns at ½, total mass ``n_points``."""
-    d, b = layout.dim, layout.binary_dim
-    cloud = Cloud(
-        jnp.zeros(d), jnp.zeros(d), jnp.zeros((d, d)), jnp.zeros(()), jnp.zeros(b), jnp.zeros((d, b))
-    )
-    return Pseudo(cloud, Points(jnp.zeros((n_points, d)), jnp.zeros(n_points), jnp.zeros((n_points, b))))
+    """Unit clouds at the origin of the unconstrained space, total mass ``n_points`` shared by the strata."""
+    c, d = layout.strata.shape[0], layout.dim
+    cloud = Cloud(jnp.zeros((c, d)), jnp.zeros((c, d)), jnp.zeros((c, d, d)), jnp.full(c, -np.log(c)))
+    return Pseudo(cloud, Points(jnp.zeros((c, n_points, d)), jnp.zeros((c, n_points))))
 
 
 LOG_SCALE_GRID = tuple(float(v) for v in range(-2, 13))  # e^-2 … e^12 ≈ 0.1 … 160,000
@@ -168,8 +169,9 @@ def search_scales(objective: Callable[[Cloud], Array], cloud: Cloud, coordinates
     """Pick the order of magnitude of each listed coordinate, then of the total mass, from fixed grids.
 
     A data column may be 10⁴ while the initial cloud is 1, and from there the divergence falls
-    fastest by shrinking the mass to nothing, a useless local minimum. One sweep costs 15 evaluations
-    per coordinate and 12 for the mass, uses nothing but the objective, and leaves the rest to Newton.
+    fastest by shrinking the mass to nothing, a useless local minimum. One sweep costs 15
+    evaluations per coordinate and 12 for the mass, uses nothing but the objective, and leaves
+    the rest to Newton. Every stratum moves together.
     """
 
     def best(candidates: Cloud) -> Cloud:
@@ -179,45 +181,35 @@ def search_scales(objective: Callable[[Cloud], Array], cloud: Cloud, coordinates
 
     def one(cloud: Cloud, index: Array) -> tuple[Cloud, None]:
         grid = jnp.asarray(LOG_SCALE_GRID)
-        return best(jax.vmap(lambda s: cloud._replace(log_diag=cloud.log_diag.at[index].set(s)))(grid)), None
+        return best(jax.vmap(lambda s: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(s)))(grid)), None
 
     cloud = jax.lax.scan(one, cloud, jnp.asarray(coordinates, dtype=int))[0] if coordinates else cloud
-    return best(jax.vmap(lambda m: cloud._replace(log_mass=m))(jnp.asarray(LOG_MASS_GRID)))
+    offsets = jnp.asarray(LOG_MASS_GRID)
+    return best(jax.vmap(lambda m: cloud._replace(log_mass=cloud.log_mass + m))(offsets))
 
 
 def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
-    """The cloud whose whitened base points land on the weighted mean and covariance of the points ``z`` (M, D)."""
-    p = weights / jnp.sum(weights)
-    mean = p @ z
-    centred = z - mean
-    cov = (centred * p[:, None]).T @ centred
-    chol = jnp.linalg.cholesky(cov + jnp.diag(1e-9 * jnp.diag(cov) + 1e-12))  # per coordinate: scales differ
-    return cloud._replace(shift=mean, log_diag=jnp.log(jnp.diag(chol)), lower=jnp.tril(chol, -1))
+    """Clouds whose whitened base points land on each stratum's weighted mean and covariance of ``z`` (C, M, D)."""
 
+    def one(z: Array, weights: Array) -> tuple[Array, Array]:
+        p = weights / jnp.sum(weights)
+        mean = p @ z
+        centred = z - mean
+        cov = (centred * p[:, None]).T @ centred
+        return mean, jnp.linalg.cholesky(cov + jnp.diag(1e-9 * jnp.diag(cov) + 1e-12))  # per coordinate
 
-def scale_matrix(cloud: Cloud) -> Array:
-    return jnp.tril(cloud.lower, -1) + jnp.diag(jnp.exp(cloud.log_diag))
+    mean, chol = jax.vmap(one)(z, weights)
+    log_diag = jnp.log(jnp.diagonal(chol, axis1=1, axis2=2))
+    return cloud._replace(shift=mean, log_diag=log_diag, lower=jnp.tril(chol, -1))
 
 
 def measure(layout: Layout, params: Pseudo, base: Array) -> tuple[dict[str, Array], Array]:
-    """The pseudo-data (by name, in each column's support) and their weights.
-
-    With B binary columns every pseudo-point becomes 2^B points (its combinations of 0/1
-    values), so there are M·2^B rows; with none, M.
-    """
+    """The pseudo-data (by name, in each column's support) and their weights: C·M rows, stratum by stratum."""
     cloud, points = params
-    u = base + points.residual
-    z = cloud.shift + u @ scale_matrix(cloud).T
-    n = points.logit.shape[0]
-    w = jnp.exp(cloud.log_mass) * n * jax.nn.softmax(points.logit)
-    if layout.binary_dim == 0:
-        return layout.assemble(z, jnp.zeros((n, 0))), w
-    combos = jnp.asarray(list(itertools.product((0.0, 1.0), repeat=layout.binary_dim)))  # (C, B)
-    log_p = jax.nn.log_sigmoid(cloud.binary_shift + u @ cloud.binary_slope + points.binary_logit)  # (M, B)
-    log_not_p = log_p - (cloud.binary_shift + u @ cloud.binary_slope + points.binary_logit)
-    combo_weight = jnp.exp(combos @ log_p.T + (1 - combos) @ log_not_p.T)  # (C, M)
-    rows = combos.shape[0] * n
-    return (
-        layout.assemble(jnp.tile(z, (combos.shape[0], 1)), jnp.repeat(combos, n, axis=0)),
-        (combo_weight * w).reshape(rows),
-    )
+    scale = jnp.tril(cloud.lower, -1) + jax.vmap(jnp.diag)(jnp.exp(cloud.log_diag))  # (C, D, D)
+    z = cloud.shift[:, None, :] + jnp.einsum("cmd,ced->cme", base + points.residual, scale)
+    n = points.logit.shape[1]
+    w = jnp.exp(cloud.log_mass)[:, None] * n * jax.nn.softmax(points.logit, axis=1)
+    strata = layout.strata
+    bits = jnp.repeat(strata, n, axis=0)
+    return layout.assemble(z.reshape(-1, layout.dim), bits), w.reshape(-1)

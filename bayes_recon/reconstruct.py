@@ -400,10 +400,12 @@ def _with_responses(
     if predict is None:
         return cloud
     data, weights = pseudo.measure(layout, pseudo.Pseudo(cloud, points), base)
+    strata = len(weights) // len(base)
     noise = base[:, np.asarray(layout.coordinates_of(responses), dtype=int)]
-    data = {**data, **predict(data, jnp.tile(noise, (len(weights) // len(base), 1)))}
+    data = {**data, **predict(data, jnp.tile(noise, (strata, 1)))}
     z = layout.unconstrain(data)
-    return pseudo.fit_cloud(cloud, jnp.where(jnp.isfinite(z), z, 0.0), weights)
+    z = jnp.where(jnp.isfinite(z), z, 0.0).reshape(strata, len(base), layout.dim)
+    return pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
 
 
 def _progress_hook(

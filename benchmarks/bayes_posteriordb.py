@@ -61,7 +61,7 @@ def attack(name: str, entry: Entry, posterior: Any, n_points: int, seed: int, co
 
 
 def run_posterior(
-    name: str, database: Path, points: list[str], seeds: list[int], bootstrap: int
+    name: str, database: Path, points: list[str], seeds: list[int], bootstrap: int, save: Callable[[list[dict]], None]
 ) -> list[dict]:
     entry = REGISTRY[name]
     posterior = load_posterior(name, database)
@@ -109,6 +109,7 @@ def run_posterior(
                 }
             )
             print(format_row(rows[-1]), flush=True)
+            save(rows)
     return rows
 
 
@@ -172,16 +173,25 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples of the oracle")
     parser.add_argument("--slices", action="store_true", help="also run the sliced-estimator study")
+    parser.add_argument("--only-slices", action="store_true", help="run the sliced-estimator study alone")
     parser.add_argument("--json", type=Path, help="write every row here")
     args = parser.parse_args()
 
     available = {p.stem for p in (args.posteriordb / "posteriors").glob("*.json")}
     names = args.posteriors.split(",") if args.posteriors else sorted(n for n in REGISTRY if n in available)
     print(f"{len(names)} posteriors from {args.posteriordb}\n{HEADER}", flush=True)
-    rows = []
-    for name in names:
-        rows += run_posterior(name, args.posteriordb, args.points.split(","), [int(s) for s in args.seeds.split(",")],
-                              args.bootstrap)  # fmt: skip
+    rows: list[dict] = []
+    study: list[dict] = []
+
+    def save(latest: list[dict]) -> None:
+        """Rewrite the JSON after every row, so an interrupted run keeps what it measured."""
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"rows": rows + latest, "slices": study}, indent=1, default=float))
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name in [] if args.only_slices else names:
+        rows += run_posterior(name, args.posteriordb, args.points.split(","), seeds, args.bootstrap, save)
     print(f"\nbar 'within 1 % of the oracle': {sum(r['bar_oracle'] for r in rows)}/{len(rows)} rows; "
           f"bar 'no further from the truth than the (β, log σ) oracle + 1 %': "
           f"{sum(r['bar_truth'] for r in rows)}/{len(rows)} rows")  # fmt: skip
@@ -190,10 +200,10 @@ def main() -> None:
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in kidiq)
         print(f"kidiq-kidscore_momiq, M = 50: wall {walls} s "
               f"(JIT included; bar ≤ 30 s), {1000 * np.mean([r['s_per_step'] for r in kidiq]):.1f} ms per step")  # fmt: skip
-    study = slices_study(args.posteriordb, args.bootstrap) if args.slices else []
+    if args.slices or args.only_slices:
+        study += slices_study(args.posteriordb, args.bootstrap)
+    save([])
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": rows, "slices": study}, indent=1, default=float))
         print(f"wrote {args.json}")
 
 
