@@ -168,6 +168,11 @@ def _reconstruct(args: argparse.Namespace) -> int:
         f"{recon.seconds:.1f} s ({truth})"
     )
     _say(format_table(attack.rows()))
+    if attack.truth is not None:
+        _say(
+            f"MMD between true and reconstructed data under the model-induced kernel, relative to the "
+            f"truth's norm: {attack.relative_mmd():.3g} (0: the release cannot tell them apart)"
+        )
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,9 @@ def exact_term(log_q: Callable[[Array], Array], theta: Array) -> Array:
     return hessian_trace + 0.5 * g @ g
 
 
-def sliced_term(log_q: Callable[[Array], Array], theta: Array, slices: Array, variance_reduced: bool) -> Array:
+def sliced_term(
+    log_q: Callable[[Array], Array], theta: Array, slices: Array, variance_reduced: bool
+) -> Array:
     """Mean over the K slices v of vᵀ∇²log q v + ½ (vᵀ∇log q)² (or + ½||∇log q||² when variance-reduced)."""
     g, hvp = jax.linearize(jax.grad(log_q), theta)
     curvature = jax.vmap(lambda v: v @ hvp(v))(slices)

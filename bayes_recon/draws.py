@@ -77,7 +77,9 @@ def from_stan_names(draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def check_draws(draws: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+def check_draws(
+    draws: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]]
+) -> dict[str, np.ndarray]:
     """Validate draws against the model's latent sites and their shapes; keep only those sites."""
     missing = [k for k in expected if k not in draws]
     if missing:

@@ -187,7 +187,9 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def linear_model_errors(estimate: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray]) -> dict[str, float]:
+def linear_model_errors(
+    estimate: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray]
+) -> dict[str, float]:
     """Scale-free error of each linear-model statistic, the largest over its entries.
 
     N relative to the true N; every entry of XᵀX, Xᵀy and yᵀy as an entry (a, b) of the joint

@@ -31,7 +31,7 @@ Method = Literal["lbfgs", "adam", "newton"]
 
 @dataclass(frozen=True)
 class OptimiserConfig:
-    """``learning_rate`` is Adam's peak rate (cosine-decayed to 1 % over the run); L-BFGS uses a line search."""
+    """``learning_rate``: Adam's peak rate (cosine-decayed to 1 % over the run); L-BFGS line-searches."""
 
     method: Method = "lbfgs"
     learning_rate: float = 0.02
@@ -139,7 +139,7 @@ def minimise(
     tol: float = 1e-12,
     patience: int | None = None,
 ) -> tuple[RunState, Array, Any, Array]:
-    """Run up to ``steps`` updates: the final state, the objective and ``record(params)`` after every step, and the steps taken.
+    """Up to ``steps`` updates: final state, objective and ``record(params)`` per step, and steps taken.
 
     The loop stops early once ``patience`` steps in a row change the objective by less than
     ``tol`` (relative; never for Adam, whose objective may be a minibatch). Newton's default

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from bayes_recon.errors import ReconError
+from bayes_recon.kernel import model_features
 from bayes_recon.measure import WeightedMeasure
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
@@ -68,6 +69,19 @@ class PosteriorAttack:
                 rows.append(_row("var", label, rv, tv))
         return rows
 
+    def relative_mmd(self, max_draws: int = 1000) -> float | None:
+        """MMD of the true and reconstructed measures under the model-induced kernel, over the truth's norm.
+
+        Zero means the release cannot tell the reconstruction from the true data at all (see
+        :mod:`bayes_recon.kernel`); None without truth.
+        """
+        if self.truth is None:
+            return None
+        features = model_features(self.reconstruction.setup, self.truth.points, max_draws)
+        recovered = model_features(self.reconstruction.setup, self.measure.points, max_draws)
+        gap = self.truth.weights @ features - self.measure.weights @ recovered
+        return float(np.linalg.norm(gap) / np.linalg.norm(self.truth.weights @ features))
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-able summary: posterior, M, seed, objective, seconds, config and the rows."""
         recon = self.reconstruction
@@ -80,6 +94,7 @@ class PosteriorAttack:
             "objective": _number(recon.objective),
             "seconds": _number(recon.seconds),
             "config": _jsonable(dataclasses.asdict(recon.config)),
+            "relative_mmd_model_kernel": _jsonable(self.relative_mmd()),
             "rows": [{k: _jsonable(v) for k, v in row.items()} for row in self.rows()],
         }
 

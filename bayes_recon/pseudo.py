@@ -181,7 +181,9 @@ def search_scales(objective: Callable[[Cloud], Array], cloud: Cloud, coordinates
 
     def one(cloud: Cloud, index: Array) -> tuple[Cloud, None]:
         grid = jnp.asarray(LOG_SCALE_GRID)
-        return best(jax.vmap(lambda s: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(s)))(grid)), None
+        return best(
+            jax.vmap(lambda s: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(s)))(grid)
+        ), None
 
     cloud = jax.lax.scan(one, cloud, jnp.asarray(coordinates, dtype=int))[0] if coordinates else cloud
     offsets = jnp.asarray(LOG_MASS_GRID)
@@ -189,7 +191,7 @@ def search_scales(objective: Callable[[Cloud], Array], cloud: Cloud, coordinates
 
 
 def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
-    """Clouds whose whitened base points land on each stratum's weighted mean and covariance of ``z`` (C, M, D)."""
+    """Clouds whose base points land on each stratum's weighted mean and covariance of ``z`` (C, M, D)."""
 
     def one(z: Array, weights: Array) -> tuple[Array, Array]:
         p = weights / jnp.sum(weights)

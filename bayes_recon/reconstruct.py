@@ -128,7 +128,7 @@ def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -
 def latent_shapes(
     model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
 ) -> dict[str, tuple[int, ...]]:
-    """The model's latent sites and shapes; refuses latent variables that grow with the data (per-point latents)."""
+    """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
 
     def trace(n: int) -> dict[str, Any]:
         data = layout.example(n)
@@ -137,8 +137,9 @@ def latent_shapes(
                 handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
             ).get_trace(**fixed, **data)
         except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
+            shapes = {k: v.shape for k, v in data.items()}
             raise ReconError(
-                f"the model failed on pseudo-data shaped { ({k: v.shape for k, v in data.items()}) }: {err!r}. "
+                f"the model failed on pseudo-data shaped {shapes}: {err!r}. "
                 "Check 'free' (data axis first, then the column's own shape) and 'fixed'."
             ) from err
         return {k: s for k, s in tr.items() if s["type"] == "sample"}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,12 @@ def attack(name: str, entry: Entry, posterior: Any, n_points: int, seed: int, co
 
 
 def run_posterior(
-    name: str, database: Path, points: list[str], seeds: list[int], bootstrap: int, save: Callable[[list[dict]], None]
+    name: str,
+    database: Path,
+    points: list[str],
+    seeds: list[int],
+    bootstrap: int,
+    save: Callable[[list[dict]], None],
 ) -> list[dict]:
     entry = REGISTRY[name]
     posterior = load_posterior(name, database)
@@ -187,7 +193,9 @@ def main() -> None:
         """Rewrite the JSON after every row, so an interrupted run keeps what it measured."""
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"rows": rows + latest, "slices": study}, indent=1, default=float))
+            args.json.write_text(
+                json.dumps({"rows": rows + latest, "slices": study}, indent=1, default=float)
+            )
 
     seeds = [int(s) for s in args.seeds.split(",")]
     for name in [] if args.only_slices else names:
@@ -198,8 +206,10 @@ def main() -> None:
     kidiq = [r for r in rows if r["posterior"] == "kidiq-kidscore_momiq" and r["M"] == 50]
     if kidiq:
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in kidiq)
-        print(f"kidiq-kidscore_momiq, M = 50: wall {walls} s "
-              f"(JIT included; bar ≤ 30 s), {1000 * np.mean([r['s_per_step'] for r in kidiq]):.1f} ms per step")  # fmt: skip
+        print(
+            f"kidiq-kidscore_momiq, M = 50: wall {walls} s "
+            f"(JIT included; bar ≤ 30 s), {1000 * np.mean([r['s_per_step'] for r in kidiq]):.1f} ms per step"
+        )
     if args.slices or args.only_slices:
         study += slices_study(args.posteriordb, args.bootstrap)
     save([])

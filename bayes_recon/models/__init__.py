@@ -46,7 +46,9 @@ class Entry:
         names = self.free + self.fixed
         missing = [n for n in names if n not in data]
         if missing:
-            raise ReconError(f"the data of {self.posterior} lacks {missing}; is it the posterior's own data set?")
+            raise ReconError(
+                f"the data of {self.posterior} lacks {missing}; is it the posterior's own data set?"
+            )
         return {n: np.asarray(data[n], dtype=float) for n in names}
 
 
@@ -81,34 +83,81 @@ def _blr_design(c: Columns) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(c["X"], float), np.asarray(c["y"], float)
 
 
-REAL, POSITIVE, UNIT, BINARY = constraints.real, constraints.positive, constraints.unit_interval, constraints.boolean
+REAL, POSITIVE, UNIT, BINARY = (
+    constraints.real,
+    constraints.positive,
+    constraints.unit_interval,
+    constraints.boolean,
+)
 SCORE = constraints.interval(0.0, 200.0)  # Stan: vector<lower=0, upper=200>
 
 ENTRIES: tuple[Entry, ...] = (
-    Entry("kidiq-kidscore_momiq", m.kidscore_momiq, ("mom_iq", "kid_score"),
-          {"mom_iq": SCORE, "kid_score": SCORE}, linear=LinearGaussian(_columns("mom_iq", "kid_score"))),
-    Entry("kidiq-kidscore_momhs", m.kidscore_momhs, ("mom_hs", "kid_score"),
-          {"mom_hs": BINARY, "kid_score": SCORE}, linear=LinearGaussian(_columns("mom_hs", "kid_score"))),
-    Entry("kidiq-kidscore_momhsiq", m.kidscore_momhsiq, ("mom_hs", "mom_iq", "kid_score"),
-          {"mom_hs": BINARY, "mom_iq": SCORE, "kid_score": SCORE},
-          linear=LinearGaussian(_columns("mom_hs", "mom_iq", "kid_score"))),
-    Entry("kidiq-kidscore_interaction", m.kidscore_interaction, ("mom_hs", "mom_iq", "kid_score"),
-          {"mom_hs": BINARY, "mom_iq": SCORE, "kid_score": SCORE}, linear=LinearGaussian(_kid_interaction)),
-    Entry("earnings-earn_height", m.earn_height, ("height", "earn"),
-          {"height": POSITIVE, "earn": REAL}, linear=LinearGaussian(_columns("height", "earn"))),
-    Entry("kilpisjarvi_mod-kilpisjarvi", m.kilpisjarvi, ("x", "y"), {"x": REAL, "y": REAL},
-          fixed=("pmualpha", "psalpha", "pmubeta", "psbeta"),
-          linear=LinearGaussian(_columns("x", "y"), coefficients=lambda p: np.stack([p["alpha"], p["beta"]], -1))),
-    Entry("mesquite-logmesquite_logvolume", m.logmesquite_logvolume, ("diam1", "diam2", "canopy_height", "weight"),
-          {"diam1": POSITIVE, "diam2": POSITIVE, "canopy_height": POSITIVE, "weight": POSITIVE},
-          linear=LinearGaussian(_mesquite)),
+    Entry(
+        "kidiq-kidscore_momiq",
+        m.kidscore_momiq,
+        ("mom_iq", "kid_score"),
+        {"mom_iq": SCORE, "kid_score": SCORE},
+        linear=LinearGaussian(_columns("mom_iq", "kid_score")),
+    ),
+    Entry(
+        "kidiq-kidscore_momhs",
+        m.kidscore_momhs,
+        ("mom_hs", "kid_score"),
+        {"mom_hs": BINARY, "kid_score": SCORE},
+        linear=LinearGaussian(_columns("mom_hs", "kid_score")),
+    ),
+    Entry(
+        "kidiq-kidscore_momhsiq",
+        m.kidscore_momhsiq,
+        ("mom_hs", "mom_iq", "kid_score"),
+        {"mom_hs": BINARY, "mom_iq": SCORE, "kid_score": SCORE},
+        linear=LinearGaussian(_columns("mom_hs", "mom_iq", "kid_score")),
+    ),
+    Entry(
+        "kidiq-kidscore_interaction",
+        m.kidscore_interaction,
+        ("mom_hs", "mom_iq", "kid_score"),
+        {"mom_hs": BINARY, "mom_iq": SCORE, "kid_score": SCORE},
+        linear=LinearGaussian(_kid_interaction),
+    ),
+    Entry(
+        "earnings-earn_height",
+        m.earn_height,
+        ("height", "earn"),
+        {"height": POSITIVE, "earn": REAL},
+        linear=LinearGaussian(_columns("height", "earn")),
+    ),
+    Entry(
+        "kilpisjarvi_mod-kilpisjarvi",
+        m.kilpisjarvi,
+        ("x", "y"),
+        {"x": REAL, "y": REAL},
+        fixed=("pmualpha", "psalpha", "pmubeta", "psbeta"),
+        linear=LinearGaussian(
+            _columns("x", "y"), coefficients=lambda p: np.stack([p["alpha"], p["beta"]], -1)
+        ),
+    ),
+    Entry(
+        "mesquite-logmesquite_logvolume",
+        m.logmesquite_logvolume,
+        ("diam1", "diam2", "canopy_height", "weight"),
+        {"diam1": POSITIVE, "diam2": POSITIVE, "canopy_height": POSITIVE, "weight": POSITIVE},
+        linear=LinearGaussian(_mesquite),
+    ),
     Entry("sblrc-blr", m.blr, ("X", "y"), {"X": REAL, "y": REAL}, linear=LinearGaussian(_blr_design)),
-    Entry("nes2000-nes", m.nes, (*m.NES_COVARIATES, "partyid7"),
-          # race_adj (1, 1.5, 2), educ1 (1-4) and gender (1, 2) are not coded as posteriordb's info says
-          # ({0, .5, 1}, {0, 1}); only the age dummies built in _nes_prepare are 0/1.
-          {**{k: REAL for k in ("real_ideo", "race_adj", "educ1", "gender", "income", "partyid7")},
-           **{k: UNIT for k in ("age30_44", "age45_64", "age65up")}},
-          prepare=_nes_prepare, linear=LinearGaussian(_columns(*m.NES_COVARIATES, "partyid7"))),
+    Entry(
+        "nes2000-nes",
+        m.nes,
+        (*m.NES_COVARIATES, "partyid7"),
+        # race_adj (1, 1.5, 2), educ1 (1-4) and gender (1, 2) are not coded as posteriordb's info says
+        # ({0, .5, 1}, {0, 1}); only the age dummies built in _nes_prepare are 0/1.
+        {
+            **{k: REAL for k in ("real_ideo", "race_adj", "educ1", "gender", "income", "partyid7")},
+            **{k: UNIT for k in ("age30_44", "age45_64", "age65up")},
+        },
+        prepare=_nes_prepare,
+        linear=LinearGaussian(_columns(*m.NES_COVARIATES, "partyid7")),
+    ),
 )
 
 REGISTRY: dict[str, Entry] = {e.posterior: e for e in ENTRIES}

@@ -56,6 +56,7 @@ def fake_reconstruct(monkeypatch):
         return SimpleNamespace(measure=measure, objective=-1.5, seconds=0.25, config=config, history={})
 
     monkeypatch.setattr(pipeline, "reconstruct", reconstruct)
+    monkeypatch.setattr(pipeline.PosteriorAttack, "relative_mmd", lambda self, max_draws=1000: 0.01)
     return calls
 
 
@@ -193,13 +194,16 @@ def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
         "300",
     ]
     assert main([*argv, "--json", str(out_json), "--save", str(prefix)]) == 0
-    rows = _table_rows(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert "model-induced kernel" in out
+    rows = _table_rows(out)
     assert rows[("N (total mass)", "")][1] == "434"
     assert {("mean", "mom_iq"), ("var", "kid_score")} <= set(rows)
 
     summary = json.loads(out_json.read_text())
     assert (summary["points"], summary["true_n"], summary["config"]["restarts"]) == (5, TRUE_N, 1)
     assert np.isfinite(summary["objective"]) and summary["seconds"] > 0
+    assert 0 < summary["relative_mmd_model_kernel"] < 1  # 300 draws, 5 steps: a rough reconstruction
     by_name = {(r["statistic"], r["column"]): r for r in summary["rows"]}
     # Even a few steps recover N and the means to well within a factor of two.
     assert by_name[("N (total mass)", None)]["relative_error"] < 0.5
