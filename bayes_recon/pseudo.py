@@ -82,6 +82,10 @@ class Layout:
     def support(self, name: str) -> Constraint:
         return self.supports.get(name, constraints.real)
 
+    def unbounded(self) -> set[str]:
+        """Continuous columns whose support has no upper bound (real, positive): no natural centre."""
+        return {k for k in self.widths(False) if not hasattr(self.support(k), "upper_bound")}
+
     def widths(self, binary: bool) -> dict[str, int]:
         return {
             k: int(np.prod(s, dtype=int))
@@ -162,16 +166,22 @@ def initial(n_points: int, layout: Layout) -> Pseudo:
 
 
 LOG_SCALE_GRID = tuple(float(v) for v in range(-2, 13))  # e^-2 … e^12 ≈ 0.1 … 160,000
+SHIFT_GRID = (0.0, *(sign * float(np.exp(k / 2)) for k in range(-4, 25) for sign in (1, -1)))  # ±e^-2 … ±e^12
 LOG_MASS_GRID = tuple(float(v) for v in range(-3, 9))  # total mass e^-3 … e^8 times M
 
 
-def search_scales(objective: Callable[[Cloud], Array], cloud: Cloud, coordinates: Sequence[int]) -> Cloud:
-    """Pick the order of magnitude of each listed coordinate, then of the total mass, from fixed grids.
+def search_scales(
+    objective: Callable[[Cloud], Array], cloud: Cloud, coordinates: Sequence[int], located: Sequence[int] = ()
+) -> Cloud:
+    """Pick the order of magnitude of each listed coordinate's spread and location, then the total mass.
 
-    A data column may be 10⁴ while the initial cloud is 1, and from there the divergence falls
-    fastest by shrinking the mass to nothing, a useless local minimum. One sweep costs 15
-    evaluations per coordinate and 12 for the mass, uses nothing but the objective, and leaves
-    the rest to Newton. Every stratum moves together.
+    A data column may be 10⁴ while the initial cloud is 1 (or, for a positive column, its log
+    may sit at 4), and from there the divergence falls fastest by shrinking the mass to nothing,
+    a useless local minimum. Per coordinate, its scale from ``LOG_SCALE_GRID``; for the
+    ``located`` ones (unbounded supports, which have no natural centre) then its location from
+    ``SHIFT_GRID`` and its scale again; last the mass. A bounded column starts at its support's
+    centre: shifting it towards a bound only saturates the map. It uses nothing but the
+    objective and leaves the rest to Newton. Every stratum moves together.
     """
 
     def best(candidates: Cloud) -> Cloud:
@@ -179,13 +189,18 @@ def search_scales(objective: Callable[[Cloud], Array], cloud: Cloud, coordinates
         values = jnp.where(jnp.isfinite(values), values, jnp.inf)
         return jax.tree_util.tree_map(lambda leaf: leaf[jnp.argmin(values)], candidates)
 
-    def one(cloud: Cloud, index: Array) -> tuple[Cloud, None]:
+    def scale(cloud: Cloud, index: Array) -> Cloud:
         grid = jnp.asarray(LOG_SCALE_GRID)
-        return best(
-            jax.vmap(lambda s: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(s)))(grid)
-        ), None
+        return best(jax.vmap(lambda v: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(v)))(grid))
 
-    cloud = jax.lax.scan(one, cloud, jnp.asarray(coordinates, dtype=int))[0] if coordinates else cloud
+    def shift(cloud: Cloud, index: Array) -> Cloud:
+        grid = jnp.asarray(SHIFT_GRID)
+        return best(jax.vmap(lambda v: cloud._replace(shift=cloud.shift.at[:, index].set(v)))(grid))
+
+    for index in coordinates:
+        cloud = scale(cloud, index)
+        if index in located:
+            cloud = scale(shift(cloud, index), index)
     offsets = jnp.asarray(LOG_MASS_GRID)
     return best(jax.vmap(lambda m: cloud._replace(log_mass=cloud.log_mass + m))(offsets))
 

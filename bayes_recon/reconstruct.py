@@ -1,9 +1,11 @@
 """The attack: posterior draws + an unmodified NumPyro model → a weighted pseudo-data measure.
 
 Pipeline: check the model and draws → map draws to unconstrained (and standardised) coordinates
-→ build the score-matching objective of the weighted posterior → optimise the pseudo-data in two
-stages (the cloud alone, then every point and weight), all restarts at once under ``vmap`` →
-keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history.
+→ build the score-matching objective of the weighted posterior → start: responses drawn from the
+model's predictive at the posterior mean, orders of magnitude of the covariates and the mass from
+a grid → optimise the pseudo-data in two stages (the cloud alone by Newton, then every point and
+weight by L-BFGS), all restarts at once under ``vmap``, one compiled program → keep the restart
+with the lowest objective → return a :class:`WeightedMeasure` with its history.
 """
 
 from __future__ import annotations
@@ -45,12 +47,13 @@ class ReconConfig:
     the draws' mean and covariance; affine-invariant) or "unconstrained" (NumPyro's raw
     unconstrained space).
 
-    Two stages: ``coarse_steps`` of damped Newton move the pseudo-data *cloud* alone (location,
-    scale, total mass; see :mod:`bayes_recon.pseudo`) on a random subset of ``coarse_draws``
-    draws, which needs no knowledge of the data's scale (Newton is affine-invariant); then up
+    Two stages: ``coarse_steps`` of saddle-free Newton move the pseudo-data *cloud* alone
+    (location and scale at fixed mass, then ``coarse_steps`` more with the total mass; see
+    :mod:`bayes_recon.pseudo`) on a random subset of ``coarse_draws`` draws, which needs no
+    knowledge of the data's scale (Newton is affine-invariant); then up
     to ``steps`` of ``method`` (L-BFGS, or Adam) move every point and weight on every draw.
     ``batch_size``: minibatches of draws in that second stage (forces Adam); ``max_draws``
-    caps the draws used at all. Both stages stop early once the objective stops changing.
+    keeps the first draws only. Both stages stop early once the objective stops changing.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -58,7 +61,7 @@ class ReconConfig:
     coordinates: Literal["standardised", "unconstrained"] = "standardised"
     method: Literal["lbfgs", "adam"] = "lbfgs"
     learning_rate: float = 0.02
-    coarse_draws: int = 500
+    coarse_draws: int = 1000
     coarse_steps: int = 40
     steps: int = 150
     restarts: int = 2
@@ -72,7 +75,7 @@ class ReconConfig:
 
     @property
     def total_steps(self) -> int:
-        return self.coarse_steps + self.steps
+        return 2 * self.coarse_steps + self.steps
 
 
 class AttackSetup(NamedTuple):
@@ -90,8 +93,8 @@ class Reconstruction:
 
     ``history`` holds per-step arrays with a leading restart axis: ``objective``, ``total_mass``
     and, per free column (flattened), ``mean`` and ``var`` of the weighted pseudo-data; after a
-    stage converges its rows repeat the final values. ``steps_taken`` (restarts, 2) counts the
-    steps each stage (cloud, then all points) ran before it converged.
+    stage converges its rows repeat the final values. ``steps_taken`` (restarts, 3) counts the
+    steps each stage (cloud shape, cloud with mass, all points) ran before it converged.
     """
 
     measure: WeightedMeasure
@@ -478,32 +481,52 @@ def _stages(
     def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
         return begin.with_responses(cloud, base)
 
+    located = [i for i in layout.coordinates_of(layout.unbounded()) if i in begin.searched]
     scaled = pseudo.search_scales(
-        lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]), start.cloud, begin.searched
+        lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
+        start.cloud,
+        begin.searched,
+        located,
+    )
+
+    def coarse_objective(cloud: pseudo.Cloud, k: Array) -> Array:
+        return cloud_only(objectives.coarse)(responded(cloud), k)
+
+    # With covariates of unknown location, their shape first, at the mass the grid chose: while they
+    # are off (a ridge-like posterior needs their location to a fraction of their spread), lowering
+    # the mass is the easy way down. Bounded covariates start at their support's centre.
+    shaped, v0, r0, n0 = minimise(
+        lambda cloud, k: coarse_objective(cloud._replace(log_mass=scaled.log_mass), k),
+        scaled,
+        keys[0],
+        config.coarse_steps if located else 0,
+        newton,
+        lambda cloud: cloud_record(responded(cloud)),
+        hook(0),
     )
     coarse, v1, r1, n1 = minimise(
-        cloud_only(objectives.coarse),
-        responded(scaled),
+        coarse_objective,
+        shaped.params,
         keys[0],
         config.coarse_steps,
         newton,
-        cloud_record,
-        hook(0),
+        lambda cloud: cloud_record(responded(cloud)),
+        hook(config.coarse_steps),
     )
     last = objectives.minibatch if minibatched else objectives.full
     final, v2, r2, n2 = minimise(
         lambda params, k: last(params, base, k),
-        pseudo.Pseudo(coarse.params, start.points),
+        pseudo.Pseudo(responded(coarse.params), start.points),
         keys[1],
         config.steps,
         fine,
         record,
-        hook(config.coarse_steps),
+        hook(2 * config.coarse_steps),
     )
-    values = jnp.concatenate([v1, v2])
-    records = tuple(jnp.concatenate(parts) for parts in zip(r1, r2, strict=True))
+    values = jnp.concatenate([v0, v1, v2])
+    records = tuple(jnp.concatenate(parts) for parts in zip(r0, r1, r2, strict=True))
     final_value = objectives.full(final.params, base, key) if minibatched else final.value
-    return final.params, values, records, final_value, jnp.stack([n1, n2])
+    return final.params, values, records, final_value, jnp.stack([n0, n1, n2])
 
 
 def _check_finite(values: np.ndarray, final: np.ndarray, config: ReconConfig) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
@@ -134,7 +135,7 @@ ENTRIES: tuple[Entry, ...] = (
         {"x": REAL, "y": REAL},
         fixed=("pmualpha", "psalpha", "pmubeta", "psbeta"),
         linear=LinearGaussian(
-            _columns("x", "y"), coefficients=lambda p: np.stack([p["alpha"], p["beta"]], -1)
+            _columns("x", "y"), coefficients=lambda p: jnp.stack([p["alpha"], p["beta"]], -1)
         ),
     ),
     Entry(

@@ -72,7 +72,7 @@ def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq):
     oracle = oracle_for(result, entry.linear).statistics
     assert max(br.linear_model_errors(estimate, oracle).values()) < 1e-3
     assert result.measure.total_mass() == pytest.approx(float(oracle["N"]), rel=1e-3)
-    assert np.isfinite(result.history["objective"]).all() and result.history["steps_taken"].shape == (1, 2)
+    assert np.isfinite(result.history["objective"]).all() and result.history["steps_taken"].shape == (1, 3)
 
 
 def test_response_predictor_finds_the_observed_column_and_predicts_the_regression_line(kidiq):
