@@ -185,7 +185,7 @@ def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
         "--quiet",
         "reconstruct",
         "--points",
-        "5",
+        "10",
         "--steps",
         "5",
         "--restarts",
@@ -201,15 +201,15 @@ def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
     assert {("mean", "mom_iq"), ("var", "kid_score")} <= set(rows)
 
     summary = json.loads(out_json.read_text())
-    assert (summary["points"], summary["true_n"], summary["config"]["restarts"]) == (5, TRUE_N, 1)
+    assert (summary["points"], summary["true_n"], summary["config"]["restarts"]) == (10, TRUE_N, 1)
     assert np.isfinite(summary["objective"]) and summary["seconds"] > 0
     assert 0 < summary["relative_mmd_model_kernel"] < 1  # 300 draws, 5 steps: a rough reconstruction
     by_name = {(r["statistic"], r["column"]): r for r in summary["rows"]}
-    # Even a few steps recover N and the means to well within a factor of two.
-    assert by_name[("N (total mass)", None)]["relative_error"] < 0.5
-    assert by_name[("mean", "mom_iq")]["relative_error"] < 0.5
-    assert by_name[("mean", "kid_score")]["relative_error"] < 0.5
+    # 300 draws and 5 steps after the cloud stage: N and the means within a few per cent.
+    assert by_name[("N (total mass)", None)]["relative_error"] < 0.05
+    assert by_name[("mean", "mom_iq")]["relative_error"] < 0.05
+    assert by_name[("mean", "kid_score")]["relative_error"] < 0.05
     measure = WeightedMeasure.load(prefix)
-    assert len(measure) == 5 and measure.total_mass() == pytest.approx(
+    assert len(measure) == 10 and measure.total_mass() == pytest.approx(
         by_name[("N (total mass)", None)]["recovered"]
     )
