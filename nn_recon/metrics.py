@@ -206,3 +206,28 @@ def score_informed(
         lpips=np.concatenate([lpips(targets[i : i + block], reconstructions[i : i + block]) for i in blocks]),
         kl=kl_divergence(classifier, targets, reconstructions),
     )
+
+
+# Model-inversion metrics: the evaluation model's accuracy on inverted images and the KNN distance.
+
+
+def top_k_accuracy(logits: np.ndarray, labels: np.ndarray, k: int = 1) -> float:
+    """Fraction of rows whose label is among the ``k`` largest logits."""
+    top = np.argsort(-np.asarray(logits), axis=1, kind="stable")[:, :k]
+    return float(np.mean(np.any(top == np.asarray(labels)[:, None], axis=1)))
+
+
+def knn_distance(
+    features: np.ndarray, labels: np.ndarray, reference: np.ndarray, reference_labels: np.ndarray
+) -> np.ndarray:
+    """For each feature row, the smallest squared L2 distance to a reference row of the same label: (n,)."""
+    features, reference = np.asarray(features, np.float64), np.asarray(reference, np.float64)
+    distances = np.empty(len(features))
+    for label in np.unique(labels):
+        rows, pool = labels == label, reference[reference_labels == label]
+        if not len(pool):
+            raise ValueError(f"no reference features of label {label}")
+        points = features[rows]
+        squared = np.square(points).sum(1, keepdims=True) + np.square(pool).sum(1) - 2 * points @ pool.T
+        distances[rows] = np.maximum(squared.min(1), 0)
+    return distances

@@ -141,3 +141,14 @@ def margins(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def predict(outputs: torch.Tensor) -> torch.Tensor:
     """Class indices from outputs: the sign for one output, the argmax for several."""
     return (outputs[..., 0] > 0).long() if outputs.shape[-1] == 1 else outputs.argmax(-1)
+
+
+# Model inversion (GMI / KEDMI with LOMMA) reads the features the readout sees.
+
+
+def penultimate(network: Network, x: torch.Tensor) -> torch.Tensor:
+    """The flattened last hidden layer; ``network.readout`` of it is ``network(x)``."""
+    h = x.flatten(1) if network.architecture.kind == "mlp" else x
+    for layer in network.hidden:
+        h = F.relu(layer(h))
+    return h.flatten(1)

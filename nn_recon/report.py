@@ -94,3 +94,27 @@ def metric_table(summary: dict[str, float], reference: dict[str, float] | None =
         ref = reference.get(name)
         lines.append(f"{name:24} {value:10.4f} {'' if ref is None else f'{ref:10.4f}'}")
     return "\n".join(lines)
+
+
+def save_class_grid(path: str | Path, images: np.ndarray, row_names: list[str], columns: int = 10) -> Path:
+    """PNG with one row per class: ``images`` (classes, n, C, H, W), the first ``columns`` of each row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    columns = min(columns, images.shape[1])
+    size = (columns * 1.0, len(images) * 1.05)
+    figure, axes = plt.subplots(len(images), columns, figsize=size, squeeze=False)
+    for r, row in enumerate(images):
+        for c in range(columns):
+            axes[r, c].imshow(_tile(np.asarray(row[c])), cmap="gray", vmin=0, vmax=1)
+            axes[r, c].set_xticks([])
+            axes[r, c].set_yticks([])
+        axes[r, 0].set_ylabel(row_names[r], fontsize=8)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
