@@ -241,7 +241,67 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS: list[Callable[[Subparsers], None]] = [register_reconstruct, register_list]
+def register_check(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "check", help="the data statistics a posterior's draws pin down, from the model alone (no data)"
+    )
+    p.add_argument(
+        "--posterior", default=DEFAULT_POSTERIOR, help=f"posteriordb name (default {DEFAULT_POSTERIOR})"
+    )
+    _posteriordb_argument(p)
+    p.add_argument(
+        "--max-degree", type=int, default=4, metavar="D", help="monomials up to degree D (default 4)"
+    )
+    p.add_argument("--json", metavar="OUT.json", help="write the statistics here")
+    p.set_defaults(run=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from bayes_recon.identifiability import IdentifiabilityConfig, check_posterior
+
+    _writable(args.json, "--json")
+    check = check_posterior(
+        args.posterior, args.posteriordb, IdentifiabilityConfig(max_degree=args.max_degree)
+    )
+    _say(describe_identifiability(check))
+    if args.json:
+        _write_json(args.json, check.to_json())
+    return 0
+
+
+def describe_identifiability(check: Any) -> str:
+    """The statistics a posterior pins down, one per line, and how they compare with the closed form."""
+    found = check.identifiability
+    variables = ", ".join(v.label for v in found.variables)
+    if not found.polynomial:
+        return (
+            f"{check.name}: the model's features are not polynomials of degree ≤ {found.degree} in "
+            f"{variables}: the release pins down statistics outside that basis (no finite list to name)."
+        )
+    lines = [
+        f"{check.name}: the draws pin down {found.rank} statistics of the data (features of degree "
+        f"{found.degree} in {variables}; {found.n_draws} draws, {found.seconds:.1f} s):",
+        *(f"  {name}" for name in found.names),
+    ]
+    if found.aliases:
+        lines.append(f"equal on the support, so counted once: {'; '.join(found.aliases)}")
+    lines.append("Nothing outside their span (higher moments, single rows) is determined by the release.")
+    if check.exact is not None:
+        verdict = "exactly" if check.exact else "NOT"
+        lines.append(
+            f"These are {verdict} the Gaussian linear model's sufficient statistics N, XᵀX, Xᵀy, yᵀy."
+        )
+    return "\n".join(lines)
+
+
+def _write_json(path: str, content: dict[str, Any]) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(content, indent=2, ensure_ascii=False))
+    _say(f"wrote {out}")
+
+
+SUBCOMMANDS: list[Callable[[Subparsers], None]] = [register_reconstruct, register_list, register_check]
 
 
 def build_parser() -> argparse.ArgumentParser:

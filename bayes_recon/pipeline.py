@@ -99,6 +99,42 @@ class PosteriorAttack:
         }
 
 
+@dataclass(frozen=True)
+class PosteriorProblem:
+    """A registered posterior as the attack sees it: its model entry, draws, free shapes and known columns.
+
+    ``truth`` is the data set as a unit-weight measure, None when the database ships no data.
+    """
+
+    name: str
+    entry: Entry
+    draws: dict[str, np.ndarray]
+    free: Any  # {name: trailing shape} with data, the free names without
+    fixed: dict[str, np.ndarray]
+    truth: WeightedMeasure | None
+    database: Path
+
+
+def load_problem(name: str, database: str | Path | None = None) -> PosteriorProblem:
+    """Read posterior ``name`` and its data from ``database`` (see :func:`attack_posterior`)."""
+    root = database_path(database)  # a bad --posteriordb is reported before anything else
+    entry = lookup(name)  # unknown or out-of-scope names: a message with close names or the reason
+    posterior = load_posterior(name, root)
+    if posterior.data:
+        data = entry.model_data(posterior.data)
+    elif entry.fixed:
+        raise ReconError(
+            f"{name} ships no data in {root}, but its model needs the known columns {list(entry.fixed)}; "
+            "use a database that includes the posterior's data"
+        )
+    else:
+        return PosteriorProblem(name, entry, posterior.draws, entry.free, {}, None, root)
+    free = {k: data[k].shape[1:] for k in entry.free}
+    truth = WeightedMeasure.empirical({k: data[k] for k in entry.free}, posterior=name)
+    fixed = {k: data[k] for k in entry.fixed}
+    return PosteriorProblem(name, entry, posterior.draws, free, fixed, truth, root)
+
+
 def attack_posterior(
     name: str,
     database: str | Path | None = None,
@@ -114,37 +150,19 @@ def attack_posterior(
     :func:`bayes_recon.reconstruct`.
     """
     config = _check_arguments(n_points, seed, config)
-    root = database_path(database)  # a bad --posteriordb is reported before anything else
-    entry = lookup(name)  # unknown or out-of-scope names: a message with close names or the reason
-    posterior = load_posterior(name, root)
-    if posterior.data:
-        data = entry.model_data(posterior.data)
-    elif entry.fixed:
-        raise ReconError(
-            f"{name} ships no data in {root}, but its model needs the known columns {list(entry.fixed)}; "
-            "use a database that includes the posterior's data"
-        )
-    else:
-        data = None
-    if data is None:
-        free: Any = entry.free
-        truth = None
-    else:
-        free = {k: data[k].shape[1:] for k in entry.free}
-        truth = WeightedMeasure.empirical({k: data[k] for k in entry.free}, posterior=name)
-    fixed = {k: data[k] for k in entry.fixed} if data is not None else {}
+    problem = load_problem(name, database)
     reconstruction = reconstruct(
-        entry.model,
-        posterior.draws,
-        free=free,
-        fixed=fixed,
-        support=entry.support,
+        problem.entry.model,
+        problem.draws,
+        free=problem.free,
+        fixed=problem.fixed,
+        support=problem.entry.support,
         n_points=n_points,
         seed=seed,
         config=config,
         progress=progress,
     )
-    return PosteriorAttack(name, entry, reconstruction, truth, seed, root)
+    return PosteriorAttack(name, problem.entry, reconstruction, problem.truth, seed, problem.database)
 
 
 def _check_arguments(n_points: Any, seed: Any, config: ReconConfig | None) -> ReconConfig:

@@ -1,0 +1,439 @@
+"""What a release pins down, before any attack: the data statistics the model-induced kernel sees.
+
+Two data sets give the same weighted posterior exactly when Σ_i s(x_i, θ) agrees at every draw θ,
+with s(x, θ) = ∇_θ log p(x|θ) (see :mod:`bayes_recon.kernel`). When each feature x ↦ s(x, θ) is a
+polynomial in the data columns, s(x, θ) = A(θ) m(x) over the monomials m(x) of the columns, the
+release determines A(θ) Σ_i m(x_i): the statistics c·Σ_i m(x_i) for c in the span of the rows of
+all A(θ). That span is found numerically, without any data: the features at a few hundred draws
+are evaluated at random probe points of the columns' supports, projected on the monomials of
+degree ≤ ``max_degree`` (a projection residual above the tolerance means the features are not
+such polynomials), and the span of their coefficients is written in reduced row-echelon form
+over the monomials ordered by degree, so each statistic is named by its leading monomial:
+N, Σ x, Σ x², Σ x·y, ... For a Gaussian linear regression these are exactly the entries of N,
+XᵀX, Xᵀy and yᵀy in terms of the data columns.
+
+Monomials that coincide on the support are one statistic: x² = x for a binary column, so only
+the lower one is kept and the other is listed as an alias. Columns with positive support whose
+features are polynomial only in their logarithm (mesquite's log volume) are tried as logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.distributions import constraints
+from numpyro.distributions.constraints import Constraint
+from numpyro.infer.util import constrain_fn
+
+from bayes_recon import pseudo
+from bayes_recon.divergence import Coordinates
+from bayes_recon.draws import as_draws, check_draws
+from bayes_recon.errors import ReconError
+from bayes_recon.kernel import model_features
+from bayes_recon.measure import WeightedMeasure
+from bayes_recon.models import LinearGaussian
+from bayes_recon.oracle import pack
+from bayes_recon.reconstruct import AttackSetup, _free_shapes, check_free, latent_shapes, response_predictor
+from bayes_recon.weighting import WeightedModel
+
+Monomial = tuple[int, ...]  # a power per variable
+
+
+@dataclass(frozen=True)
+class IdentifiabilityConfig:
+    """``max_degree`` of the monomials tried; ``max_draws`` draws, spread over the chains; probe points
+    (``probe_factor`` times the number of monomials); ``tolerance``: the relative size below which
+    a singular value or a projection residual counts as zero."""
+
+    max_degree: int = 4
+    max_draws: int = 200
+    probe_factor: int = 3
+    tolerance: float = 1e-8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("max_degree", "max_draws", "probe_factor"):
+            if getattr(self, name) < 1:
+                option = name.replace("_", "-")
+                raise ReconError(
+                    f"{name} must be at least 1, got {getattr(self, name)}; pass --{option} 1 or more"
+                )
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One scalar coordinate of a free column (entry ``index`` of a shaped column), or its logarithm."""
+
+    column: str
+    index: int | None
+    log: bool
+    binary: bool
+
+    @property
+    def label(self) -> str:
+        name = self.column if self.index is None else f"{self.column}[{self.index}]"
+        return f"log {name}" if self.log else name
+
+    def values(self, points: Mapping[str, Any]) -> np.ndarray:
+        column = np.asarray(points[self.column], dtype=float)
+        value = column.reshape(len(column), -1)[:, self.index or 0]
+        return np.log(value) if self.log else value
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """Σ_i f(x_i) for the polynomial f = Σ_k c_k m_k over the variables: ``terms`` pairs monomials and c_k."""
+
+    variables: tuple[Variable, ...]
+    terms: tuple[tuple[Monomial, float], ...]
+
+    @property
+    def name(self) -> str:
+        if len(self.terms) == 1 and not any(self.terms[0][0]):
+            return "N"
+        body = _polynomial(self.variables, self.terms)
+        return f"Σ {body}" if len(self.terms) == 1 else f"Σ ({body})"
+
+    @property
+    def degree(self) -> int:
+        return max(sum(m) for m, _ in self.terms)
+
+    def per_point(self, points: Mapping[str, Any]) -> np.ndarray:
+        """f(x_i) for every point."""
+        return sum(c * _monomial_values(self.variables, [m], points)[:, 0] for m, c in self.terms)
+
+    def of(self, measure: WeightedMeasure) -> float:
+        """The statistic of a (weighted) data measure: Σ_j w_j f(x_j)."""
+        return float(measure.integrate(self.per_point(measure.points)))
+
+
+@dataclass(frozen=True)
+class Identifiability:
+    """The statistics a release pins down, as found from the model and its draws alone.
+
+    ``rank``: the number of independent statistics the features see (None when they are not
+    polynomials: then no finite list in this basis holds all they see). ``polynomial``: whether the
+    features are polynomials of degree ``degree`` (the lowest that fits; the largest tried when
+    none does) in ``variables``; only then are the ``statistics`` named (otherwise empty).
+    ``aliases``: monomials equal on the support to a lower one, e.g. ``mom_hs² = mom_hs`` for a binary column.
+    """
+
+    statistics: tuple[Statistic, ...]
+    variables: tuple[Variable, ...]
+    rank: int | None
+    polynomial: bool
+    degree: int
+    aliases: tuple[str, ...]
+    n_draws: int
+    seconds: float
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.statistics]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "variables": [v.label for v in self.variables],
+            "rank": self.rank,
+            "polynomial": self.polynomial,
+            "degree": self.degree,
+            "statistics": [
+                {
+                    "name": s.name,
+                    "terms": [{"powers": list(m), "coefficient": c} for m, c in s.terms],
+                }
+                for s in self.statistics
+            ],
+            "aliases": list(self.aliases),
+            "n_draws": self.n_draws,
+            "seconds": self.seconds,
+        }
+
+
+def identifiable_statistics(
+    model: Callable,
+    draws: Any,
+    free: Sequence[str] | Mapping[str, Sequence[int]],
+    fixed: Mapping[str, Any] | None = None,
+    support: Mapping[str, Constraint] | None = None,
+    config: IdentifiabilityConfig | None = None,
+) -> Identifiability:
+    """The data statistics that posterior ``draws`` of ``model`` pin down; no data needed.
+
+    ``free``, ``fixed``, ``support`` and ``draws`` are as for :func:`bayes_recon.reconstruct`.
+    """
+    config = config or IdentifiabilityConfig()
+    return identify(feature_setup(model, draws, free, fixed, support, config.max_draws), config)
+
+
+def identify(setup: AttackSetup, config: IdentifiabilityConfig) -> Identifiability:
+    """The lowest degree, raw columns before logs, at which the features are polynomials, and their span."""
+    started = time.perf_counter()
+    raw, logged = _variables(setup.layout, logs=False), _variables(setup.layout, logs=True)
+    largest = config.probe_factor * len(_monomials(len(raw), config.max_degree)) + 50
+    points = probe_points(setup, largest, config.seed)
+    for degree in range(1, config.max_degree + 1):
+        for variables in [raw, logged] if logged != raw else [raw]:
+            found = _identify(setup, variables, degree, points, config)
+            if found.polynomial:
+                return dataclasses.replace(found, seconds=time.perf_counter() - started)
+    return dataclasses.replace(found, seconds=time.perf_counter() - started)
+
+
+def feature_setup(
+    model: Callable,
+    draws: Any,
+    free: Sequence[str] | Mapping[str, Sequence[int]],
+    fixed: Mapping[str, Any] | None,
+    support: Mapping[str, Constraint] | None,
+    max_draws: int,
+) -> AttackSetup:
+    """What :func:`bayes_recon.kernel.model_features` needs: the model, the free columns and up to
+    ``max_draws`` draws spread over the chains, in NumPyro's unconstrained coordinates."""
+    fixed = dict(fixed or {})
+    shapes = _free_shapes(free)
+    check_free(model, list(shapes), fixed)
+    layout = pseudo.Layout(shapes, {k: (support or {}).get(k, constraints.real) for k in shapes})
+    checked = check_draws(as_draws(draws), latent_shapes(model, layout, fixed))
+    n = len(next(iter(checked.values())))
+    rows = np.linspace(0, n - 1, min(n, max_draws)).round().astype(int)
+    chosen = {k: np.asarray(v)[rows] for k, v in checked.items()}
+    weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in chosen.items()})
+    theta = jnp.asarray(weighted.to_unconstrained(chosen, layout.example(1)))
+    return AttackSetup(weighted, layout, Coordinates.identity(theta.shape[1]), theta)
+
+
+def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """n random points of the columns' supports (binary columns 0/1), of moderate size.
+
+    Responses (columns an observed site generates) are drawn from the model at the posterior
+    mean instead: a coefficient 1/σ² next to β²/σ² is lost to rounding unless they have the
+    model's own scale (earnings in dollars).
+    """
+    layout, weighted = setup.layout, setup.weighted_model
+    data = {**weighted.fixed, **layout.example(1)}
+    mean = constrain_fn(weighted.model, (), data, weighted.unravel(jnp.mean(setup.draws, axis=0)))
+    responses, predict = response_predictor(weighted.model, layout, dict(weighted.fixed), mean)
+
+    @jax.jit
+    def draw(key: jax.Array) -> dict[str, jax.Array]:
+        k1, k2, k3 = jax.random.split(key, 3)
+        bits = jax.random.bernoulli(k2, 0.5, (n, layout.binary_dim)).astype(float)
+        points = layout.assemble(jax.random.normal(k1, (n, layout.dim)), bits)
+        if predict is None:
+            return points
+        noise = jax.random.normal(k3, (n, len(layout.coordinates_of(responses))))
+        return {**points, **predict(points, noise)}
+
+    return {k: np.asarray(v) for k, v in draw(jax.random.PRNGKey(seed)).items()}
+
+
+def same_span(a: np.ndarray, b: np.ndarray, tolerance: float = 1e-8) -> bool:
+    """Whether the columns of a and b (per-point values of statistics) span the same functions."""
+    ranks = [_rank(m, tolerance) for m in (a, b, np.concatenate([a, b], axis=1))]
+    return ranks[0] == ranks[1] == ranks[2]
+
+
+def linear_model_functions(spec: LinearGaussian, points: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The per-point sufficient statistics of a Gaussian linear model, (n, stats): 1, x xᵀ, x y, y²."""
+    x, y = spec.design(points)
+    per_point = [
+        pack({"N": 1.0, "XtX": np.outer(a, a), "Xty": a * b, "yty": b * b}) for a, b in zip(x, y, strict=True)
+    ]
+    return np.stack(per_point)
+
+
+def agrees_with_linear_model(found: Identifiability, spec: LinearGaussian, setup: AttackSetup) -> bool:
+    """Whether the named statistics span exactly the linear model's N, XᵀX, Xᵀy and yᵀy."""
+    if not found.polynomial:
+        return False
+    points = probe_points(setup, 400, seed=1)
+    named = np.stack([s.per_point(points) for s in found.statistics], axis=1)
+    return same_span(named, linear_model_functions(spec, points))
+
+
+@dataclass(frozen=True)
+class PosteriorCheck:
+    """A registered posterior's identifiable statistics; ``exact``: whether they are exactly its
+    Gaussian linear model's sufficient statistics (None where the registry knows no closed form)."""
+
+    name: str
+    identifiability: Identifiability
+    exact: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "posterior": self.name,
+            "matches_sufficient_statistics": self.exact,
+            **self.identifiability.to_json(),
+        }
+
+
+def check_posterior(
+    name: str, database: str | Path | None = None, config: IdentifiabilityConfig | None = None
+) -> PosteriorCheck:
+    """:func:`identifiable_statistics` for a registered posteriordb posterior."""
+    from bayes_recon.pipeline import load_problem
+
+    problem = load_problem(name, database)
+    entry, config = problem.entry, config or IdentifiabilityConfig()
+    setup = feature_setup(
+        entry.model, problem.draws, problem.free, problem.fixed, entry.support, config.max_draws
+    )
+    found = identify(setup, config)
+    exact = None if entry.linear is None else agrees_with_linear_model(found, entry.linear, setup)
+    return PosteriorCheck(name, found, exact)
+
+
+def _variables(layout: pseudo.Layout, logs: bool) -> tuple[Variable, ...]:
+    """The scalar coordinates of the free columns; with ``logs``, those of positive columns as logs."""
+    out = []
+    for name, shape in layout.shapes.items():
+        support = layout.support(name)
+        log = logs and support is constraints.positive
+        width = int(np.prod(shape, dtype=int))
+        out += [Variable(name, i if shape else None, log, pseudo.is_binary(support)) for i in range(width)]
+    return tuple(out)
+
+
+def _monomials(n_variables: int, max_degree: int) -> list[Monomial]:
+    """All monomials of total degree ≤ max_degree, by degree, then with the first variables first."""
+    return [
+        tuple(combo.count(i) for i in range(n_variables))
+        for degree in range(max_degree + 1)
+        for combo in itertools.combinations_with_replacement(range(n_variables), degree)
+    ]
+
+
+def _monomial_values(
+    variables: Sequence[Variable], monomials: Sequence[Monomial], points: Mapping[str, Any]
+) -> np.ndarray:
+    values = np.stack([v.values(points) for v in variables], axis=1)  # (n, V)
+    return np.stack([np.prod(values ** np.asarray(m), axis=1) for m in monomials], axis=1)
+
+
+def _identify(
+    setup: AttackSetup,
+    variables: tuple[Variable, ...],
+    degree: int,
+    probe: Mapping[str, np.ndarray],
+    config: IdentifiabilityConfig,
+) -> Identifiability:
+    monomials = _monomials(len(variables), degree)
+    points = {k: v[: config.probe_factor * len(monomials) + 50] for k, v in probe.items()}
+    raw = _monomial_values(variables, monomials, points)
+    scale = np.linalg.norm(raw, axis=0)
+    basis = raw / scale  # equilibrated: the statistics' units differ by orders of magnitude
+    # A monomial that is a combination of lower ones on the support (x² = x for binary x) is no new
+    # statistic: the diagonal of R in an unpivoted QR is the norm of what it adds to the lower ones.
+    kept = np.flatnonzero(np.abs(np.diag(np.linalg.qr(basis, mode="r"))) > config.tolerance)
+    aliases = _aliases(variables, monomials, basis, kept, points)
+    q, r = np.linalg.qr(basis[:, kept])
+
+    features = model_features(setup, points, setup.draws.shape[0])  # (n, S·d)
+    norms = np.linalg.norm(features, axis=0)
+    features = features[:, norms > 0] / norms[norms > 0]
+    coefficients = q.T @ features  # the features in the orthonormal basis of the kept monomials
+    residual = np.linalg.norm(features - q @ coefficients, axis=0).max(initial=0.0)
+    n_draws = int(setup.draws.shape[0])
+    if residual > 1e-6:  # not polynomials of this degree: no finite list of statistics in this basis
+        return Identifiability((), variables, None, False, degree, aliases, n_draws, 0.0)
+    u, singular, _ = np.linalg.svd(coefficients, full_matrices=False)
+    rank = int(np.sum(singular > singular[0] * config.tolerance)) if singular.size else 0
+    # The span in (equilibrated) monomial coordinates, in reduced row-echelon form: one statistic per
+    # leading monomial, the lowest-degree ones first. Back in raw units, each leading coefficient is 1.
+    statistics = []
+    for row in _row_echelon(np.linalg.solve(r, u[:, :rank]).T, config.tolerance):
+        present = np.flatnonzero(np.abs(row) > 1e-6)
+        in_units = row[present] / scale[kept[present]]
+        terms = tuple(
+            (monomials[kept[k]], _tidy(c / in_units[0])) for k, c in zip(present, in_units, strict=True)
+        )
+        statistics.append(Statistic(variables, terms))
+    return Identifiability(tuple(statistics), variables, rank, True, degree, aliases, n_draws, 0.0)
+
+
+def _rank(matrix: np.ndarray, tolerance: float) -> int:
+    """Numerical rank with every column scaled to unit norm first (zero columns dropped)."""
+    norms = np.linalg.norm(matrix, axis=0)
+    singular = np.linalg.svd(matrix[:, norms > 0] / norms[norms > 0], compute_uv=False)
+    return int(np.sum(singular > singular[0] * tolerance)) if singular.size else 0
+
+
+def _row_echelon(rows: np.ndarray, tolerance: float) -> np.ndarray:
+    """Reduced row-echelon form of independent rows, pivoting on the first column that has an entry."""
+    a = np.array(rows, dtype=float)
+    size = np.abs(a).max(initial=0.0)
+    done = 0
+    for column in range(a.shape[1]):
+        if done == len(a):
+            break
+        best = done + int(np.argmax(np.abs(a[done:, column])))
+        if abs(a[best, column]) <= 1e3 * tolerance * size:
+            continue
+        a[[done, best]] = a[[best, done]]
+        a[done] /= a[done, column]
+        others = np.arange(len(a)) != done
+        a[others] -= np.outer(a[others, column], a[done])
+        done += 1
+    return a[:done]
+
+
+def _tidy(value: float) -> float:
+    """Six significant digits, and whole numbers exactly (the 2 of 2·x·y)."""
+    rounded = float(f"{value:.6g}")
+    return float(round(rounded)) if abs(rounded - round(rounded)) < 1e-6 else rounded
+
+
+SUPERSCRIPTS = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _monomial_name(variables: Sequence[Variable], monomial: Monomial) -> str:
+    factors = [
+        v.label if p == 1 else f"{v.label}{str(p).translate(SUPERSCRIPTS)}"
+        for v, p in zip(variables, monomial, strict=True)
+        if p
+    ]
+    return "·".join(factors) or "1"
+
+
+def _polynomial(variables: Sequence[Variable], terms: Sequence[tuple[Monomial, float]]) -> str:
+    """Σ_k c_k m_k as text: ``mom_iq + 2·kid_score``, coefficients of one left out."""
+    text = ""
+    for i, (monomial, c) in enumerate(terms):
+        name = _monomial_name(variables, monomial)
+        size = abs(c)
+        body = name if size == 1 and name != "1" else (f"{size:g}" if name == "1" else f"{size:g}·{name}")
+        sign = ("−" if c < 0 else "") if i == 0 else (" − " if c < 0 else " + ")
+        text += sign + body
+    return text
+
+
+def _aliases(
+    variables: Sequence[Variable],
+    monomials: Sequence[Monomial],
+    basis: np.ndarray,
+    kept: np.ndarray,
+    points: Mapping[str, Any],
+) -> tuple[str, ...]:
+    """Each dropped monomial as the combination of kept ones it equals on the support (x² = x)."""
+    dropped = np.setdiff1d(np.arange(len(monomials)), kept)
+    if not len(dropped):
+        return ()
+    raw = _monomial_values(variables, monomials, points)
+    solution = np.linalg.lstsq(raw[:, kept], raw[:, dropped], rcond=None)[0]
+    out = []
+    for j, k in enumerate(dropped):
+        tidied = [(monomials[kept[i]], _tidy(c)) for i, c in enumerate(solution[:, j])]
+        terms = [(monomial, c) for monomial, c in tidied if c != 0]
+        out.append(f"{_monomial_name(variables, monomials[k])} = {_polynomial(variables, terms) or '0'}")
+    return tuple(out)

@@ -1,0 +1,149 @@
+"""The identifiable statistics: what the model's features see, named, and checked against closed forms.
+
+The defining property is checked directly: two data sets with the same identified statistics have
+the same summed features Σ_i s(x_i, θ) at every draw (so the same weighted posterior), and one
+that differs in a single identified statistic does not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.distributions import constraints
+
+from bayes_recon.cli import main
+from bayes_recon.identifiability import (
+    IdentifiabilityConfig,
+    Statistic,
+    Variable,
+    check_posterior,
+    feature_setup,
+    identifiable_statistics,
+)
+from bayes_recon.kernel import model_features
+from bayes_recon.measure import WeightedMeasure
+
+
+def quadratic_regression(x, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(beta[0] + beta[1] * x + beta[2] * x**2, sigma), obs=y)
+
+
+def logistic_regression(x, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=beta[0] + beta[1] * x), obs=y)
+
+
+def _draws(rng: np.random.Generator, n: int = 300) -> dict[str, np.ndarray]:
+    """Spread-out parameter values: the span of the features does not need a posterior's concentration."""
+    return {"beta": rng.normal(size=(n, 3)), "sigma": rng.lognormal(0.0, 0.3, size=n)}
+
+
+def test_polynomial_features_reveal_the_first_four_moments():
+    found = identifiable_statistics(quadratic_regression, _draws(np.random.default_rng(0)), free=["x", "y"])
+    assert found.polynomial and found.degree == 4 and found.rank == 9
+    # design (1, x, x²): XᵀX holds Σ x⁰…x⁴, Xᵀy holds Σ y, Σ x y, Σ x² y, and yᵀy
+    expected = {"N", "Σ x", "Σ x²", "Σ x³", "Σ x⁴", "Σ y", "Σ x·y", "Σ x²·y", "Σ y²"}
+    assert set(found.names) == expected
+
+
+def test_data_sets_with_equal_statistics_have_equal_features():
+    rng = np.random.default_rng(1)
+    draws = _draws(rng, 50)
+    found = identifiable_statistics(quadratic_regression, draws, free=["x", "y"])
+    setup = feature_setup(quadratic_regression, draws, ["x", "y"], None, None, 50)
+
+    # Same Σ xᵃ (a ≤ 4), Σ y, Σ x y, Σ x² y and Σ y², different rows: keep x and y's projection p on
+    # the rows (1, x, x²), and rotate its residual r within their orthogonal complement.
+    x, y = rng.normal(size=12), rng.normal(size=12)
+    q = np.linalg.qr(np.stack([np.ones_like(x), x, x**2], axis=1))[0]
+    p = q @ (q.T @ y)
+    r = y - p
+    d = rng.normal(size=12)
+    d -= q @ (q.T @ d) + r * (r @ d) / (r @ r)
+    y_other = p + np.cos(0.7) * r + np.sin(0.7) * np.linalg.norm(r) * d / np.linalg.norm(d)
+    a, b = WeightedMeasure.empirical({"x": x, "y": y}), WeightedMeasure.empirical({"x": x, "y": y_other})
+    assert not np.allclose(y, y_other)
+    for statistic in found.statistics:
+        assert statistic.of(b) == pytest.approx(statistic.of(a), rel=1e-9, abs=1e-9)
+
+    def summed(measure: WeightedMeasure) -> np.ndarray:
+        return measure.weights @ model_features(setup, measure.points, 50)
+
+    np.testing.assert_allclose(summed(b), summed(a), rtol=1e-8, atol=1e-8)
+    shifted = WeightedMeasure.empirical({"x": x, "y": y + 0.1})  # changes Σ y (and more)
+    assert np.abs(summed(shifted) - summed(a)).max() > 1e-3
+
+
+def test_binary_columns_count_equal_monomials_once():
+    check = check_posterior("kidiq-kidscore_momhs")  # the embedded database
+    found = check.identifiability
+    assert check.exact is True
+    assert set(found.names) == {"N", "Σ mom_hs", "Σ kid_score", "Σ mom_hs·kid_score", "Σ kid_score²"}
+    assert "mom_hs² = mom_hs" in found.aliases
+
+
+@pytest.mark.parametrize("name", ["kidiq-kidscore_momiq", "kidiq-kidscore_interaction"])
+def test_embedded_kidiq_lists_exactly_the_sufficient_statistics(name):
+    check = check_posterior(name)
+    assert check.exact is True
+    # every entry of XᵀX, Xᵀy, yᵀy, once: 6 for [1, iq], 11 for [1, hs, iq, hs·iq] with hs² = hs
+    assert check.identifiability.rank == {"kidiq-kidscore_momiq": 6, "kidiq-kidscore_interaction": 11}[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mesquite-logmesquite_logvolume", "sblrc-blr", "earnings-earn_height"])
+def test_shared_posteriors_list_exactly_the_sufficient_statistics(name, shared_db):
+    assert check_posterior(name, shared_db).exact is True
+
+
+def test_mesquite_statistics_are_named_in_the_logs(shared_db):
+    found = check_posterior("mesquite-logmesquite_logvolume", shared_db).identifiability
+    assert "Σ (log diam1 + log diam2 + log canopy_height)" in found.names
+    assert "Σ log weight²" in found.names and found.rank == 6
+
+
+def test_non_polynomial_features_name_nothing():
+    rng = np.random.default_rng(2)
+    draws = {"beta": rng.normal(size=(100, 2))}
+    found = identifiable_statistics(
+        logistic_regression,
+        draws,
+        free=["x", "y"],
+        support={"y": constraints.boolean},
+        config=IdentifiabilityConfig(max_degree=3),
+    )
+    assert not found.polynomial and found.statistics == () and found.rank is None
+
+
+def test_statistic_of_a_weighted_measure_is_the_weighted_sum():
+    x, y = Variable("x", None, False, False), Variable("y", None, True, False)
+    statistic = Statistic((x, y), (((1, 1), 1.0), ((2, 0), -2.0)))
+    measure = WeightedMeasure({"x": np.array([1.0, 2.0]), "y": np.array([np.e, 1.0])}, np.array([0.5, 3.0]))
+    assert statistic.name == "Σ (x·log y − 2·x²)"
+    assert statistic.of(measure) == pytest.approx(0.5 * (1.0 - 2.0) + 3.0 * (0.0 - 8.0))
+
+
+def test_check_command_prints_the_statistics(capsys, tmp_path):
+    assert main(["check", "--posterior", "kidiq-kidscore_momiq", "--json", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    assert "pin down 6 statistics" in out and "Σ mom_iq·kid_score" in out and "exactly" in out
+    assert (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "--max-degree", "0"], "max_degree must be at least 1"),
+        (["check", "--posterior", "eight_schools-eight_schools_noncentered"], "out of scope"),
+    ],
+)
+def test_check_bad_input_exits_2(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
