@@ -87,6 +87,11 @@ class MatchResult:
         """How many training images have a reconstruction with SSIM at or above each threshold."""
         return {t: int(np.sum(self.ssim >= t)) for t in thresholds}
 
+    def distinct(self, thresholds: Sequence[float] = THRESHOLDS) -> dict[float, int]:
+        """How many different reconstructions those successes use: one blurry prototype matched to
+        several training images counts once here (the papers' count above credits it every time)."""
+        return {t: len(np.unique(self.recon_index[self.ssim >= t])) for t in thresholds}
+
     def ranked(self) -> np.ndarray:
         """Positions into this result, best SSIM first."""
         return np.argsort(-self.ssim, kind="stable")

@@ -12,8 +12,13 @@ from nn_recon.metrics import THRESHOLDS, MatchResult
 def success_table(result: MatchResult, thresholds: tuple[float, ...] = THRESHOLDS) -> str:
     """How many of the training images were reconstructed at each SSIM threshold, as text."""
     n = len(result.ssim)
-    rows = [f"{'SSIM >=':>8} | {'reconstructed':>13} | {'of':>4}", "-" * 33]
-    rows += [f"{t:>8.2f} | {count:>13d} | {n:>4d}" for t, count in result.successes(thresholds).items()]
+    distinct = result.distinct(thresholds)
+    rows = [f"{'SSIM >=':>8} | {'reconstructed':>13} | {'of':>4} | {'distinct reconstructions':>24}"]
+    rows.append("-" * len(rows[0]))
+    rows += [
+        f"{t:>8.2f} | {count:>13d} | {n:>4d} | {distinct[t]:>24d}"
+        for t, count in result.successes(thresholds).items()
+    ]
     return "\n".join(rows)
 
 

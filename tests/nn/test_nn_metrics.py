@@ -35,6 +35,7 @@ def test_match_finds_each_training_image_among_shuffled_reconstructions(tmp_path
     )
     np.testing.assert_array_equal(order[result.recon_index], np.arange(20))
     assert result.successes() == {0.4: 20, 0.5: 20, 0.6: 20}
+    assert result.distinct() == {0.4: 20, 0.5: 20, 0.6: 20}
     assert "0.40" in success_table(result)
     path = save_match_grid(result, recon, train, tmp_path / "grid.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -43,3 +44,12 @@ def test_match_finds_each_training_image_among_shuffled_reconstructions(tmp_path
 def test_match_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="differ in shape"):
         match(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 28, 28)))
+
+
+def test_one_reconstruction_matched_to_two_training_images_is_one_distinct_success():
+    images, _ = load_digits()
+    twice = np.concatenate([images[:1], images[:1], images[1:2]])
+    result = match(images[:2], twice)
+    np.testing.assert_array_equal(result.recon_index, [0, 0, 1])
+    assert result.successes() == {0.4: 3, 0.5: 3, 0.6: 3}
+    assert result.distinct() == {0.4: 2, 0.5: 2, 0.6: 2}
