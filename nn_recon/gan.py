@@ -28,12 +28,12 @@ GAN_FORMAT = "nn-recon-gan/1"
 
 @dataclass(frozen=True)
 class GanConfig:
-    """A GAN prior. Defaults: a DCGAN with 64-d N(0, I) latents, 2,000 Adam steps of batch 64."""
+    """A GAN prior. Defaults: a DCGAN with 64-d N(0, I) latents, 3,000 Adam steps of batch 64."""
 
     kind: str = "gmi"
     latent_dim: int = 64
     width: int = 32
-    steps: int = 2000
+    steps: int = 3000
     batch_size: int = 64
     lr: float = 2e-4
     seed: int = 0
