@@ -63,6 +63,27 @@ def test_kkt_loss_vanishes_at_the_constructed_kkt_point(num_outputs):
     assert values[0] < 1e-12 and grad_x.abs().max() < 1e-5 and grad_lam.abs().max() < 1e-5
 
 
+@pytest.mark.parametrize(
+    ("num_outputs", "objective"), [(1, "kkt"), (2, "kkt"), (1, "posterior"), (2, "posterior")]
+)
+def test_batched_gradient_is_the_gradient_of_the_loss_through_the_scale(num_outputs, objective):
+    """value_and_grad holds the scale a fixed (envelope theorem); autograd through a must agree."""
+    # Small unit scales κ keep the margins moderate, so cross-entropy is not saturated.
+    model, images, labels, lam = kkt_network(num_outputs, kappa=np.full(4, 0.3))
+    loss = StationarityLoss(model, labels, objective, 0.01)
+    generator = torch.Generator().manual_seed(1)
+    x = images[None] + 0.05 * torch.randn(2, *images.shape, generator=generator, dtype=torch.float64)
+    weights = lam[None] * torch.rand(2, len(lam), generator=generator, dtype=torch.float64) + 0.1
+    beta = torch.tensor([10.0, 50.0], dtype=torch.float64)
+    (grad_x, grad_lam), values = loss.value_and_grad(x, weights, beta)
+    for run in range(2):
+        expected_x, expected_lam = torch.func.grad(loss, argnums=(0, 1))(x[run], weights[run], beta[run])
+        torch.testing.assert_close(values[run], loss(x[run], weights[run], beta[run]))
+        for got, expected in ((grad_x[run], expected_x), (grad_lam[run], expected_lam)):
+            assert expected.abs().max() > 1e-2  # away from the stationary point, so the check has teeth
+            torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9 * expected.abs().max())
+
+
 def test_surrogate_keeps_relu_values_and_its_gradient_tends_to_relus():
     z = torch.linspace(-1, 1, 2001, dtype=torch.float64, requires_grad=True)
     away_from_kink = z.detach().abs() > 0.05
