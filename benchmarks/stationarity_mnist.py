@@ -114,24 +114,33 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
     }
 
 
-def project_paper_time(bench: Benchmark, steps: int = 20) -> dict:
-    """Time a few training and attack steps of the paper's setting and project the full run."""
-    short_train = replace(bench.train, max_steps=steps, target_loss=0.0)
-    t0 = time.perf_counter()
-    model = train_target(short_train)
-    train_step = (time.perf_counter() - t0) / steps
-    short_attack = replace(bench.attack, runs=bench.attack.runs_per_batch, steps=3)
-    t0 = time.perf_counter()
-    reconstruct(model, short_attack)
-    attack_step = (time.perf_counter() - t0) / (3 * bench.attack.runs_per_batch)
-    runs_steps = bench.attack.runs * bench.attack.steps
+def project_paper_time(bench: Benchmark, short: int = 2, long: int = 6) -> dict:
+    """Time the paper's setting for ``short`` and ``long`` training and attack steps and project the
+    full run from the difference, which leaves out loading, setup and the attack's final selection."""
+
+    def seconds(run) -> float:
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+
+    data = make_task(bench.train.dataset, bench.train.task, bench.train.per_class, seed=bench.train.seed)
+    train_times, attack_times = [], []
+    for steps in (short, long):
+        config = replace(bench.train, max_steps=steps, target_loss=0.0)
+        train_times.append(seconds(lambda config=config: train_target(config, data=data)))
+    model = train_target(replace(bench.train, max_steps=short, target_loss=0.0), data=data)
+    for steps in (short, long):
+        attack = replace(bench.attack, runs=bench.attack.runs_per_batch, steps=steps)
+        attack_times.append(seconds(lambda attack=attack: reconstruct(model, attack)))
+    train_step = (train_times[1] - train_times[0]) / (long - short)
+    attack_step = (attack_times[1] - attack_times[0]) / ((long - short) * bench.attack.runs_per_batch)
     return {
         "started": True,
         "completed": False,
         "train_seconds_per_step": train_step,
         "attack_seconds_per_run_step": attack_step,
         "projected_train_hours": train_step * bench.train.max_steps / 3600,
-        "projected_attack_hours": attack_step * runs_steps / 3600,
+        "projected_attack_hours": attack_step * bench.attack.runs * bench.attack.steps / 3600,
         "note": "CPU only: timed a few steps and stopped; pass --full (or run on a GPU) for the real run",
     }
 
