@@ -191,18 +191,34 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """rows() as a plain text table: names left-aligned, numbers right-aligned."""
-    header = ("statistic", "column", "recovered", "true", "rel. error")
-    keys = ("statistic", "column", "recovered", "true", "relative_error")
+RECONSTRUCT_COLUMNS = {
+    "statistic": "statistic",
+    "column": "column",
+    "recovered": "recovered",
+    "true": "true",
+    "relative_error": "rel. error",
+}
+
+
+def format_table(rows: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> str:
+    """Rows as a plain text table, ``rows()`` by default: text left-aligned, numbers right-aligned.
+
+    ``keys``: the columns to show, each headed by its key; default the reconstruct table's columns.
+    """
+    header = tuple(RECONSTRUCT_COLUMNS.values()) if keys is None else tuple(keys)
+    keys = tuple(RECONSTRUCT_COLUMNS) if keys is None else tuple(keys)
     cells = [
         header,
-        *[tuple("" if k == "column" and r[k] is None else _cell(r[k]) for k in keys) for r in rows],
+        *[tuple("" if r.get(k) is None and k == "column" else _cell(r.get(k)) for k in keys) for r in rows],
     ]
+    text_columns = {i for i, k in enumerate(keys) if all(isinstance(r.get(k), str | None) for r in rows)}
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = []
     for row in cells:
-        text = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        text = [
+            c.ljust(w) if i in text_columns else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
         lines.append("  ".join(text).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -301,7 +317,111 @@ def _write_json(path: str, content: dict[str, Any]) -> None:
     _say(f"wrote {out}")
 
 
-SUBCOMMANDS: list[Callable[[Subparsers], None]] = [register_reconstruct, register_list, register_check]
+def _numbers(kind: type) -> Callable[[str], tuple]:
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(part) for part in text.split(",") if part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+    return parse
+
+
+def register_audit(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "audit",
+        help="what a posterior can reveal, what the attack recovers (and with fewer draws), as HTML and JSON",
+    )
+    p.add_argument(
+        "--posterior", default=DEFAULT_POSTERIOR, help=f"posteriordb name (default {DEFAULT_POSTERIOR})"
+    )
+    _posteriordb_argument(p)
+    p.add_argument(
+        "--points", type=int, default=50, metavar="M", help="weighted pseudo-data points (default 50)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--draws",
+        type=_numbers(int),
+        default=(100, 1000),
+        metavar="N1,N2",
+        help="also attack releases of only the first N1, N2, ... draws (default 100,1000)",
+    )
+    p.add_argument(
+        "--epsilon",
+        type=_numbers(float),
+        default=(),
+        metavar="E1,E2",
+        help="mitigation hint (linear regressions): leakage left with noisy sufficient statistics at these ε",
+    )
+    p.add_argument(
+        "--mechanism", choices=("laplace", "gaussian"), default="laplace", help="noise (default laplace)"
+    )
+    p.add_argument("--delta", type=float, default=1e-5, help="δ of the Gaussian mechanism (default 1e-5)")
+    _config_arguments(p)
+    p.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report here")
+    p.add_argument("--json", metavar="OUT.json", help="write the same numbers as JSON here")
+    p.set_defaults(run=_audit)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from bayes_recon.audit import AuditConfig, audit_posterior
+    from bayes_recon.pipeline import _check_arguments
+    from bayes_recon.report import write_report
+
+    _writable(args.json, "--json")
+    _writable(args.report, "--report")
+    recon = _check_arguments(args.points, args.seed, _config(args))
+    config = AuditConfig(
+        n_points=args.points,
+        seed=args.seed,
+        draw_counts=args.draws,
+        epsilons=args.epsilon,
+        mechanism=args.mechanism,
+        delta=args.delta,
+        recon=recon,
+    )
+    with _progress_bar(not args.quiet, args.posterior) as progress:
+        audit = audit_posterior(args.posterior, args.posteriordb, config, progress)
+    _say(describe_identifiability(audit.check))
+    _say(
+        f"\nThe attack ({config.n_points} points, {audit.curve[-1].draws} draws); verdict: recovered below "
+        f"{config.recovered_below:g}, partly below {config.partly_below:g} (scale-free error):"
+    )
+    _say(format_table(audit.rows, ("statistic", "true", "recovered", "error", "verdict")))
+    _say("\nLeakage against the number of draws released:")
+    curve = [
+        {
+            "draws": p.draws,
+            "scored by": p.method,
+            "relative MMD": p.relative_mmd,
+            "recovered": sum(r["verdict"] == "recovered" for r in p.rows),
+            "largest error": max(r["error"] for r in p.rows),
+        }
+        for p in audit.curve
+    ]
+    _say(format_table(curve, ("draws", "scored by", "relative MMD", "recovered", "largest error")))
+    if audit.mitigation:
+        _say("\nMitigation: the best attack's errors on a posterior from noisy sufficient statistics:")
+        rows = [{"release": "no noise", **(audit.oracle_errors or {})}]
+        rows += [
+            {"release": f"epsilon {m['epsilon']:g} {m['mechanism']}", **m["errors"]} for m in audit.mitigation
+        ]
+        _say(format_table(rows, ("release", "N", "XtX", "Xty", "yty")))
+    _say(f"audit took {audit.seconds:.1f} s")
+    if args.report:
+        _say(f"wrote {write_report(audit, args.report)}")
+    if args.json:
+        _write_json(args.json, audit.to_json())
+    return 0
+
+
+SUBCOMMANDS: list[Callable[[Subparsers], None]] = [
+    register_reconstruct,
+    register_list,
+    register_check,
+    register_audit,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -175,12 +175,16 @@ def identifiable_statistics(
     return identify(feature_setup(model, draws, free, fixed, support, config.max_draws), config)
 
 
-def identify(setup: AttackSetup, config: IdentifiabilityConfig) -> Identifiability:
-    """The lowest degree, raw columns before logs, at which the features are polynomials, and their span."""
+def identify(
+    setup: AttackSetup, config: IdentifiabilityConfig, points: Mapping[str, np.ndarray] | None = None
+) -> Identifiability:
+    """The lowest degree, raw columns before logs, at which the features are polynomials, and their span.
+
+    ``points``: probe points (default :func:`probe_points`, as many as :func:`probe_size` says).
+    """
     started = time.perf_counter()
     raw, logged = _variables(setup.layout, logs=False), _variables(setup.layout, logs=True)
-    largest = config.probe_factor * len(_monomials(len(raw), config.max_degree)) + 50
-    points = probe_points(setup, largest, config.seed)
+    points = probe_points(setup, probe_size(setup, config), config.seed) if points is None else points
     for degree in range(1, config.max_degree + 1):
         for variables in [raw, logged] if logged != raw else [raw]:
             found = _identify(setup, variables, degree, points, config)
@@ -210,6 +214,14 @@ def feature_setup(
     weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in chosen.items()})
     theta = jnp.asarray(weighted.to_unconstrained(chosen, layout.example(1)))
     return AttackSetup(weighted, layout, Coordinates.identity(theta.shape[1]), theta)
+
+
+def probe_size(setup: AttackSetup, config: IdentifiabilityConfig) -> int:
+    """Probe points enough for every monomial of degree ≤ max_degree, ``probe_factor`` times over."""
+    return (
+        config.probe_factor * len(_monomials(len(_variables(setup.layout, logs=False)), config.max_degree))
+        + 50
+    )
 
 
 def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -252,27 +264,21 @@ def linear_model_functions(spec: LinearGaussian, points: Mapping[str, np.ndarray
     return np.stack(per_point)
 
 
-def agrees_with_linear_model(found: Identifiability, spec: LinearGaussian, setup: AttackSetup) -> bool:
-    """Whether the named statistics span exactly the linear model's N, XᵀX, Xᵀy and yᵀy."""
-    if not found.polynomial:
-        return False
-    points = probe_points(setup, 400, seed=1)
-    named = np.stack([s.per_point(points) for s in found.statistics], axis=1)
-    return same_span(named, linear_model_functions(spec, points))
-
-
 @dataclass(frozen=True)
 class PosteriorCheck:
-    """A registered posterior's identifiable statistics; ``exact``: whether they are exactly its
-    Gaussian linear model's sufficient statistics (None where the registry knows no closed form)."""
+    """A registered posterior's identifiable statistics next to its closed form, where the registry has
+    one (a Gaussian linear model): ``known``, the number of independent entries of its N, XᵀX, Xᵀy,
+    yᵀy, and ``exact``, whether the statistics found span exactly those (both None without one)."""
 
     name: str
     identifiability: Identifiability
+    known: int | None
     exact: bool | None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "posterior": self.name,
+            "known_sufficient_statistics": self.known,
             "matches_sufficient_statistics": self.exact,
             **self.identifiability.to_json(),
         }
@@ -281,7 +287,8 @@ class PosteriorCheck:
 def check_posterior(
     name: str, database: str | Path | None = None, config: IdentifiabilityConfig | None = None
 ) -> PosteriorCheck:
-    """:func:`identifiable_statistics` for a registered posteriordb posterior."""
+    """:func:`identifiable_statistics` for a registered posteriordb posterior, checked against its
+    closed form on probe points."""
     from bayes_recon.pipeline import load_problem
 
     problem = load_problem(name, database)
@@ -289,9 +296,17 @@ def check_posterior(
     setup = feature_setup(
         entry.model, problem.draws, problem.free, problem.fixed, entry.support, config.max_draws
     )
-    found = identify(setup, config)
-    exact = None if entry.linear is None else agrees_with_linear_model(found, entry.linear, setup)
-    return PosteriorCheck(name, found, exact)
+    points = probe_points(setup, probe_size(setup, config), config.seed)
+    found = identify(setup, config, points)
+    if entry.linear is None:
+        return PosteriorCheck(name, found, None, None)
+    known = linear_model_functions(entry.linear, points)
+    if not found.polynomial:
+        return PosteriorCheck(name, found, _rank(known, config.tolerance), False)
+    named = np.stack([s.per_point(points) for s in found.statistics], axis=1)
+    return PosteriorCheck(
+        name, found, _rank(known, config.tolerance), same_span(named, known, config.tolerance)
+    )
 
 
 def _variables(layout: pseudo.Layout, logs: bool) -> tuple[Variable, ...]:

@@ -1,0 +1,301 @@
+"""The audit a data owner runs before publishing posterior draws: what they can reveal, and what leaks.
+
+1. Identifiable statistics (:mod:`bayes_recon.identifiability`): what the release pins down at all.
+2. Measured leakage: the attack (:func:`bayes_recon.pipeline.attack_posterior`) on the release,
+   and per identifiable statistic its true and recovered value, the scale-free error
+   |recovered − true| / Σ_i |f(x_i)| (= the relative error when f keeps one sign) and a verdict:
+   *recovered* below ``recovered_below``, *partly* below ``partly_below``, else *not*; the MMD
+   between the true and reconstructed data under the model kernel; and the same for releases of
+   fewer draws (the first 100, 1,000, ...). For Gaussian linear regressions those smaller releases
+   are scored by the attack's exact optimum, the oracle (one linear solve instead of another
+   compiled attack; the attack lands on it, see benchmarks/bayes_posteriordb.py); for other
+   models the attack is run on each.
+3. For Gaussian linear regressions with ``epsilons``: the leakage left when the posterior is
+   released from noisy sufficient statistics instead (:mod:`bayes_recon.mitigation`).
+
+The report (:mod:`bayes_recon.report`) renders an :class:`Audit`; ``to_json`` holds the same numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+import numpy as np
+
+from bayes_recon.divergence import Coordinates
+from bayes_recon.errors import ReconError
+from bayes_recon.identifiability import (
+    IdentifiabilityConfig,
+    PosteriorCheck,
+    Statistic,
+    check_posterior,
+    linear_model_functions,
+    probe_points,
+)
+from bayes_recon.kernel import model_features
+from bayes_recon.measure import WeightedMeasure, linear_model_errors
+from bayes_recon.mitigation import Perturbation, remaining_leakage
+from bayes_recon.models import LinearGaussian
+from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack
+from bayes_recon.pipeline import PosteriorAttack, _jsonable, attack_posterior
+from bayes_recon.reconstruct import ReconConfig
+
+Verdict = Literal["recovered", "partly", "not"]
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """How the audit runs: the attack's settings, the draw counts of the leakage curve (the attack on
+    every draw is always run), the verdict thresholds and, optionally, the mitigation's ε values."""
+
+    n_points: int = 50
+    seed: int = 0
+    draw_counts: tuple[int, ...] = (100, 1000)
+    recovered_below: float = 0.05
+    partly_below: float = 0.5
+    epsilons: tuple[float, ...] = ()
+    mechanism: Literal["laplace", "gaussian"] = "laplace"
+    delta: float = 1e-5
+    recon: ReconConfig = field(default_factory=ReconConfig)
+    identifiability: IdentifiabilityConfig = field(default_factory=IdentifiabilityConfig)
+
+    def __post_init__(self) -> None:
+        if any(n < 1 for n in self.draw_counts):
+            raise ReconError(f"draw counts must be at least 1, got {list(self.draw_counts)}")
+        if not 0 < self.recovered_below <= self.partly_below:
+            raise ReconError("the verdict thresholds need 0 < recovered_below ≤ partly_below")
+        for epsilon in self.epsilons:
+            Perturbation(
+                epsilon, self.mechanism, self.delta
+            )  # refuses a bad ε or δ now, not after the attack
+
+    def verdict(self, error: float) -> Verdict:
+        if error < self.recovered_below:
+            return "recovered"
+        return "partly" if error < self.partly_below else "not"
+
+
+@dataclass(frozen=True)
+class DrawsPoint:
+    """A release of the first ``draws`` draws, attacked by ``method``: "attack" (the reconstruction) or
+    "oracle" (its exact optimum, for Gaussian linear models); relative MMD, and per statistic its error
+    and verdict."""
+
+    draws: int
+    method: str
+    relative_mmd: float
+    rows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Audit:
+    name: str
+    check: PosteriorCheck
+    attack: PosteriorAttack  # on every draw
+    rows: list[dict[str, Any]]  # per identifiable statistic: true, recovered, error, verdict
+    curve: list[DrawsPoint]  # by number of draws, the last on every draw
+    oracle_errors: dict[str, float] | None  # the attack's exact optimum, linear models only
+    mitigation: list[dict[str, Any]]
+    config: AuditConfig
+    seconds: float
+
+    @property
+    def truth(self) -> WeightedMeasure:
+        assert self.attack.truth is not None
+        return self.attack.truth
+
+    def to_json(self) -> dict[str, Any]:
+        config = self.config
+        return _jsonable(
+            {
+                "posterior": self.name,
+                "database": str(self.attack.database),
+                "seconds": self.seconds,
+                "release": {
+                    "draws": int(self.curve[-1].draws),
+                    "parameters": int(self.attack.reconstruction.setup.draws.shape[1]),
+                    "free_columns": list(self.attack.entry.free),
+                    "known_columns": list(self.attack.entry.fixed),
+                    "data_points": self.truth.total_mass(),
+                },
+                "identifiable": self.check.to_json(),
+                "attack": self.attack.to_json(),
+                "thresholds": {
+                    "recovered_below": config.recovered_below,
+                    "partly_below": config.partly_below,
+                },
+                "statistics": self.rows,
+                "draws_curve": [dataclasses.asdict(point) for point in self.curve],
+                "oracle_errors": self.oracle_errors,
+                "mitigation": self.mitigation,
+                "history": _best_history(self.attack),
+            }
+        )
+
+
+def audit_posterior(
+    name: str,
+    database: str | Path | None = None,
+    config: AuditConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Audit:
+    """Audit posterior ``name`` of the database (see :func:`bayes_recon.pipeline.attack_posterior`)."""
+    config = config or AuditConfig()
+    started = time.perf_counter()
+    check = check_posterior(name, database, config.identifiability)
+    if not check.identifiability.polynomial:
+        raise ReconError(
+            f"{name}: the model's features are not polynomials of degree ≤ {check.identifiability.degree}, "
+            "so there are no named statistics to score the attack by; raise --max-degree"
+        )
+
+    full = attack_posterior(name, database, config.n_points, config.seed, config.recon, progress)
+    truth = full.truth
+    if truth is None:
+        raise ReconError(f"{name} ships no data in {full.database}: the audit compares with the true data")
+    statistics = check.identifiability.statistics
+    spec = full.entry.linear
+    total = int(full.reconstruction.setup.draws.shape[0])
+    counts = [n for n in config.draw_counts if n < total]
+    last = DrawsPoint(
+        total, "attack", float(full.relative_mmd() or 0.0), _rows(statistics, truth, full.measure, config)
+    )
+    if spec is None:  # no closed form: attack every smaller release too
+        recon = [dataclasses.replace(config.recon, max_draws=n) for n in counts]
+        smaller = [attack_posterior(name, database, config.n_points, config.seed, r, progress) for r in recon]
+        curve = [
+            DrawsPoint(
+                n, "attack", float(a.relative_mmd() or 0.0), _rows(statistics, truth, a.measure, config)
+            )
+            for n, a in zip(counts, smaller, strict=True)
+        ]
+        return Audit(
+            name, check, full, last.rows, [*curve, last], None, [], config, time.perf_counter() - started
+        )
+    oracle = _OracleCurve(full, spec, statistics)
+    curve = [oracle.point(n, truth, config) for n in counts]
+    mitigation = [
+        remaining_leakage(
+            full.reconstruction.setup,
+            spec,
+            truth,
+            Perturbation(e, config.mechanism, config.delta, seed=config.seed),
+        )
+        for e in config.epsilons
+    ]
+    return Audit(
+        name,
+        check,
+        full,
+        last.rows,
+        [*curve, last],
+        oracle.errors(total, truth),
+        mitigation,
+        config,
+        time.perf_counter() - started,
+    )
+
+
+def leakage_rows(
+    statistics: tuple[Statistic, ...], truth: WeightedMeasure, recovered: Sequence[float], config: AuditConfig
+) -> list[dict[str, Any]]:
+    """Per statistic: true and recovered value, the scale-free error and its verdict."""
+    rows = []
+    for statistic, value in zip(statistics, recovered, strict=True):
+        true = statistic.of(truth)
+        scale = float(truth.integrate(np.abs(statistic.per_point(truth.points))))
+        error = abs(value - true) / scale if scale > 0 else float(value != true)
+        rows.append(
+            {
+                "statistic": statistic.name,
+                "true": true,
+                "recovered": float(value),
+                "error": error,
+                "verdict": config.verdict(error),
+            }
+        )
+    return rows
+
+
+def _rows(
+    statistics: tuple[Statistic, ...], truth: WeightedMeasure, measure: WeightedMeasure, config: AuditConfig
+) -> list[dict[str, Any]]:
+    return leakage_rows(statistics, truth, [s.of(measure) for s in statistics], config)
+
+
+class _OracleCurve:
+    """The oracle on the first n draws, read through the identifiable statistics and the model kernel.
+
+    Both the named statistics and the kernel's features are linear in the per-point sufficient
+    statistics t(x) = (1, xxᵀ, xy, y²) of the design; the maps are fitted once on probe points.
+    """
+
+    def __init__(
+        self, attack: PosteriorAttack, spec: LinearGaussian, statistics: tuple[Statistic, ...]
+    ) -> None:
+        self.setup, self.spec, self.statistics = attack.reconstruction.setup, spec, statistics
+        points = probe_points(self.setup, 400, seed=attack.seed + 1)
+        known = linear_model_functions(spec, points)
+        named = np.stack([s.per_point(points) for s in statistics], axis=1)
+        self.named = np.linalg.lstsq(known, named, rcond=None)[0]  # t ↦ the named statistics
+        self.kernel = np.linalg.lstsq(known, model_features(self.setup, points), rcond=None)[0]  # t ↦ Σ φ
+
+    def statistics_of(self, n: int) -> dict[str, np.ndarray]:
+        coordinates = self.setup.coordinates
+        theta = coordinates.shift + self.setup.draws[:n] @ coordinates.scale.T
+        own = Coordinates.standardised(theta)  # as the attack on n draws would standardise them
+        probe = self.setup.layout.probe(jax.random.PRNGKey(0), PROBE_POINTS)
+        oracle = linear_gaussian_oracle(
+            self.setup.weighted_model, self.spec, own.to_attack(theta), own, probe
+        )
+        return oracle.statistics
+
+    def point(self, n: int, truth: WeightedMeasure, config: AuditConfig) -> DrawsPoint:
+        recovered = pack(self.statistics_of(n))
+        true = pack(truth.linear_model_statistics(*self.spec.design(truth.points)))
+        gap = np.linalg.norm((true - recovered) @ self.kernel) / np.linalg.norm(true @ self.kernel)
+        return DrawsPoint(
+            n, "oracle", float(gap), leakage_rows(self.statistics, truth, recovered @ self.named, config)
+        )
+
+    def errors(self, n: int, truth: WeightedMeasure) -> dict[str, float]:
+        return linear_model_errors(
+            self.statistics_of(n), truth.linear_model_statistics(*self.spec.design(truth.points))
+        )
+
+
+def _best_history(attack: PosteriorAttack) -> dict[str, Any]:
+    """The kept restart's per-step objective, total mass, and weighted mean and variance per column."""
+    recon = attack.reconstruction
+    history, best = recon.history, recon.best_restart
+    labels = _coordinate_labels(attack)
+    coarse = recon.config.coarse_steps
+    return {
+        "objective": history["objective"][best],
+        "total_mass": history["total_mass"][best],
+        "mean": {label: history["mean"][best][:, i] for i, label in enumerate(labels)},
+        "var": {label: history["var"][best][:, i] for i, label in enumerate(labels)},
+        # the first stage (cloud shape at fixed mass) runs only for covariates of unknown location
+        "stage_steps": [
+            len(history["objective"][best]) - coarse - recon.config.steps,
+            coarse,
+            recon.config.steps,
+        ],
+    }
+
+
+def _coordinate_labels(attack: PosteriorAttack) -> list[str]:
+    """``name`` or ``name[i]`` for every flattened coordinate of the free columns, in the history's order."""
+    labels = []
+    for name in attack.entry.free:
+        width = int(np.prod(np.shape(attack.measure.points[name])[1:], dtype=int))
+        labels += (
+            [name] if np.ndim(attack.measure.points[name]) == 1 else [f"{name}[{i}]" for i in range(width)]
+        )
+    return labels

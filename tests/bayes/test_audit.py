@@ -1,0 +1,149 @@
+"""The audit end to end on the embedded kidiq posterior (a short attack), its report and its pieces.
+
+One real audit runs per module (a few steps on 300 draws, then 100 draws for the curve); the
+HTML it writes is opened in headless Chromium, which must decode every embedded plot.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bayes_recon.audit import AuditConfig, audit_posterior, leakage_rows
+from bayes_recon.cli import main
+from bayes_recon.identifiability import Statistic, Variable, feature_setup
+from bayes_recon.measure import WeightedMeasure
+from bayes_recon.mitigation import Perturbation, noisy_statistics, remaining_leakage
+from bayes_recon.models import lookup
+from bayes_recon.pipeline import load_problem
+from bayes_recon.reconstruct import ReconConfig
+from bayes_recon.report import write_report
+
+NAME = "kidiq-kidscore_momiq"
+SHORT = ReconConfig(coarse_steps=5, steps=5, restarts=1, max_draws=300)
+
+
+@pytest.fixture(scope="module")
+def audit():
+    return audit_posterior(NAME, config=AuditConfig(draw_counts=(100,), recon=SHORT, n_points=10))
+
+
+def test_rows_score_every_identifiable_statistic_against_the_data(audit):
+    truth = load_problem(NAME).truth
+    iq, score = truth.column("mom_iq"), truth.column("kid_score")
+    true = {r["statistic"]: r["true"] for r in audit.rows}
+    assert true["N"] == 434
+    assert true["Σ mom_iq·kid_score"] == pytest.approx(np.sum(iq * score))
+    assert true["Σ kid_score²"] == pytest.approx(np.sum(score**2))
+    for row in audit.rows:
+        assert row["verdict"] == audit.config.verdict(row["error"])
+    assert [(p.draws, p.method) for p in audit.curve] == [(100, "oracle"), (300, "attack")]
+
+
+def test_leakage_rows_error_is_scale_free_and_verdicts_follow_thresholds():
+    x = Variable("x", None, False, False)
+    total, first = Statistic((x,), (((0,), 1.0),)), Statistic((x,), (((1,), 1.0),))
+    truth = WeightedMeasure.empirical({"x": np.array([-1.0, 1.0, 2.0])})  # Σ x = 2, Σ |x| = 4
+    guess = WeightedMeasure({"x": np.array([1.0])}, np.array([3.3]))  # N 3.3, Σ x 3.3
+    recovered = [total.of(guess), first.of(guess)]
+    rows = leakage_rows((total, first), truth, recovered, AuditConfig(recovered_below=0.2, partly_below=0.5))
+    assert rows[0]["error"] == pytest.approx(0.3 / 3) and rows[0]["verdict"] == "recovered"
+    assert rows[1]["error"] == pytest.approx(1.3 / 4) and rows[1]["verdict"] == "partly"
+
+
+def test_report_plots_render_in_headless_chromium(audit, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    page = write_report(audit, tmp_path / "audit.html")
+    assert page.stat().st_size < 5_000_000
+    # A copy that writes every image's decoded size into the DOM once the page has loaded.
+    probe = tmp_path / "probe.html"
+    script = (
+        "<script>window.addEventListener('load', () => { const out = document.createElement('pre');"
+        " out.id = 'sizes'; out.textContent = JSON.stringify([...document.images].map("
+        "i => [i.complete, i.naturalWidth, i.naturalHeight])); document.body.appendChild(out); });</script>"
+    )
+    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
+    result = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom",
+         probe.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    dom = result.stdout
+    assert '<pre id="sizes">' in dom, result.stderr[-2000:]
+    sizes = json.loads(dom.split('<pre id="sizes">')[1].split("</pre>")[0])
+    assert len(sizes) == 2  # the draws curve and the convergence panels
+    assert all(complete and width > 100 and height > 100 for complete, width, height in sizes)
+    assert "Σ mom_iq·kid_score" in dom
+
+
+def test_json_holds_the_reports_numbers(audit):
+    data = audit.to_json()
+    assert data["statistics"] == json.loads(json.dumps(data["statistics"]))
+    assert [r["statistic"] for r in data["statistics"]] == audit.check.identifiability.names
+    history = data["history"]
+    assert history["stage_steps"][1:] == [SHORT.coarse_steps, SHORT.steps]
+    assert len(history["total_mass"]) == sum(history["stage_steps"]) == len(history["var"]["kid_score"])
+    assert set(history["mean"]) == {"mom_iq", "kid_score"}
+    assert data["identifiable"]["matches_sufficient_statistics"] is True
+
+
+def test_noise_is_split_evenly_over_the_statistics_in_units_of_one_record():
+    problem = load_problem(NAME)
+    spec = lookup(NAME).linear
+    # 7 entries: N, XᵀX's upper triangle (3), Xᵀy (2), yᵀy; one record moves each by at most its bound
+    assert Perturbation(2.0).noise_scale(7) == pytest.approx(7 / 2.0)
+    noisy = [noisy_statistics(spec, problem.truth, Perturbation(2.0, seed=s))[0]["N"] for s in range(200)]
+    # N's bound is 1: Laplace(3.5) noise (std 3.5·√2), clipped below at one record
+    assert np.std(noisy) == pytest.approx(3.5 * np.sqrt(2), rel=0.2)
+    assert abs(np.mean(noisy) - 434) < 1.5
+
+
+def test_noisy_statistics_leak_less_as_epsilon_shrinks():
+    problem = load_problem(NAME)
+    entry = problem.entry
+    setup = feature_setup(entry.model, problem.draws, problem.free, problem.fixed, entry.support, 1000)
+    loose, tight = (
+        remaining_leakage(setup, entry.linear, problem.truth, Perturbation(epsilon, draws=300))
+        for epsilon in (1e6, 1e-2)
+    )
+    assert max(loose["errors"].values()) < 0.05  # almost no noise: the attack recovers everything
+    assert loose["errors"]["XtX"] < tight["errors"]["XtX"] and tight["noisy_statistic_errors"]["N"] > 0.1
+
+
+def test_audit_command_writes_report_and_json(tmp_path, capsys, monkeypatch, audit):
+    import bayes_recon.audit as module
+
+    monkeypatch.setattr(module, "audit_posterior", lambda *args, **kwargs: audit)
+    argv = ["--quiet", "audit", "--report", str(tmp_path / "a.html"), "--json", str(tmp_path / "a.json")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Σ mom_iq²" in out and "Leakage against the number of draws" in out
+    assert json.loads((tmp_path / "a.json").read_text())["posterior"] == NAME
+    assert (tmp_path / "a.html").read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["audit", "--draws", "0"], "draw counts must be at least 1"),
+        (["audit", "--epsilon", "-1"], "epsilon must be a positive number"),
+        (["audit", "--points", "0"], "at least 1"),
+        (["audit", "--posterior", "nope"], "no registered model"),
+    ],
+)
+def test_audit_bad_input_exits_2(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_report_file_is_self_contained(audit, tmp_path):
+    text = write_report(audit, Path(tmp_path) / "r.html").read_text()
+    assert text.count("data:image/png;base64,") == 2 and "<script" not in text and "src='http" not in text
