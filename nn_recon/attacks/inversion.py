@@ -124,7 +124,7 @@ def fit_classifier(
 
 @dataclass
 class Setting:
-    """The four classifiers, the data they came from, and how long training them took (this run)."""
+    """The four classifiers, the data they came from, and how long each took to train (when it was)."""
 
     target: TrainedModel
     evaluation: TrainedModel
