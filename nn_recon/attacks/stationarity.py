@@ -7,7 +7,8 @@ One objective serves the family. With per-point scores s_i(θ) and a regulariser
 * ``kkt`` (Haim et al. 2022; Buzaglo et al. 2023): R = ‖θ‖²/2 and s_i the margin, y_i Φ(x_i) for
   one output and Φ_{y_i} − max_{j≠y_i} Φ_j for several. A network trained long on the logistic
   or cross-entropy loss converges in direction to a KKT point θ ∝ Σ λ_i ∇ margin_i, so the scale a
-  is free: it is solved in closed form (a = ⟨∇R, g⟩/‖g‖²), which makes λ scale-free.
+  is free: it is solved in closed form (a = ⟨∇R, g⟩/‖g‖²), which makes λ scale-free. λ ≥ 0 needs
+  a ≥ 0; a negative a is no KKT point, and the loss is reflected there (see ``_value``).
 * ``posterior`` (the Dirac-posterior view): R = (wd/2)‖θ‖² and s_i = −ℓ(f_θ(x_i), y_i), the
   training loss; a = 1/m, so a·λ are absolute weights (1/n each for the true training set of a
   model trained on the mean loss with weight decay wd).
@@ -15,7 +16,7 @@ One objective serves the family. With per-point scores s_i(θ) and a regulariser
 During the attack ReLU keeps its values but differentiates as sigmoid(βz), so the gradient wrt x
 exists. Pixels stay in [0, 1] (the box prior, by projection), λ ≥ λ_min (by projection). Runs draw
 their learning rate, initial scale, λ_min and β from log-uniform ranges, each from its own seed,
-and are optimised together (``torch.func.vmap`` over runs) with Adam.
+and a batch of runs is optimised together with Adam.
 """
 
 from __future__ import annotations
@@ -155,11 +156,28 @@ class StationarityLoss:
         scale = self._scale(score_grad, points)
         return scale, {k: self.prior_scale * self.params[k] - scale * g for k, g in score_grad.items()}
 
-    def _value(self, residual: dict[str, torch.Tensor]) -> torch.Tensor:
-        return sum(r.square().sum() for r in residual.values()) / self.prior_norm
+    def _value(
+        self,
+        scale: torch.Tensor | float,
+        residual: dict[str, torch.Tensor],
+        score_grad: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """‖r‖²/‖∇R‖², plus 2a²‖G‖²/‖∇R‖² where the scale a is negative.
+
+        With a < 0 the margins' negatives fit θ, which is no KKT point (λ ≥ 0), yet the plain loss
+        1 − cos²(∇R, G) rewards it as much as a > 0 and runs that start there stay there. Reflected,
+        it is 1 + cos², whose gradient −2|a|∇⟨r, G⟩/‖∇R‖² (the same form as for a > 0) leads back.
+        """
+        value = sum(r.square().sum() for r in residual.values())
+        if self.objective == "kkt":
+            value = value + 2 * scale.clamp(max=0).square() * sum(
+                g.square().sum() for g in score_grad.values()
+            )
+        return value / self.prior_norm
 
     def __call__(self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-        return self._value(self._residual(self._score_grad(x, lam, beta), len(lam))[1])
+        score_grad = self._score_grad(x, lam, beta)
+        return self._value(*self._residual(score_grad, len(lam)), score_grad)
 
     def value_and_grad(
         self, x: torch.Tensor, lam: torch.Tensor, beta: torch.Tensor
@@ -167,7 +185,7 @@ class StationarityLoss:
         """The loss of each run (leading axis of x, λ, β) and its gradients wrt x and λ.
 
         The scale a minimises the loss (or is fixed), so by the envelope theorem the gradient at a
-        held fixed is exact: ∇loss = −2a ∇⟨r, G(x, λ)⟩ / ‖∇R‖², r the residual, G = ∇_θ Σ λ_i s_i.
+        held fixed is exact: ∇loss = −2|a| ∇⟨r, G(x, λ)⟩ / ‖∇R‖², r the residual, G = ∇_θ Σ λ_i s_i.
         That is one backward pass through G and none through a. Runs go one at a time: on a CPU,
         ``vmap`` over runs was slower per run than this loop.
         """
@@ -178,10 +196,10 @@ class StationarityLoss:
                 score_grad = self._score_grad(run_x, run_lam, run_beta)
                 with torch.no_grad():
                     scale, residual = self._residual(score_grad, len(run_lam))
-                    values.append(self._value(residual))
+                    values.append(self._value(scale, residual, score_grad))
                 inner = sum((residual[k] * g).sum() for k, g in score_grad.items())
                 grad_x, grad_lam = torch.autograd.grad(inner, (run_x, run_lam))
-            factor = -2 * scale / self.prior_norm
+            factor = -2 * abs(scale) / self.prior_norm
             grads_x.append(factor * grad_x)
             grads_lam.append(factor * grad_lam)
         return (torch.stack(grads_x), torch.stack(grads_lam)), torch.stack(values)

@@ -64,18 +64,22 @@ def test_kkt_loss_vanishes_at_the_constructed_kkt_point(num_outputs):
 
 
 @pytest.mark.parametrize(
-    ("num_outputs", "objective"), [(1, "kkt"), (2, "kkt"), (1, "posterior"), (2, "posterior")]
-)
-def test_batched_gradient_is_the_gradient_of_the_loss_through_the_scale(num_outputs, objective):
-    """value_and_grad holds the scale a fixed (envelope theorem); autograd through a must agree."""
+    ("num_outputs", "objective", "flip"),
+    [(1, "kkt", False), (2, "kkt", False), (1, "kkt", True), (2, "kkt", True), (1, "posterior", False),
+     (2, "posterior", False)],
+)  # fmt: skip
+def test_batched_gradient_is_the_gradient_of_the_loss_through_the_scale(num_outputs, objective, flip):
+    """value_and_grad holds the scale a fixed (envelope theorem); autograd through a must agree.
+    Flipped labels make a negative, where the kkt loss is reflected to 1 + cos² > 1."""
     # Small unit scales κ keep the margins moderate, so cross-entropy is not saturated.
     model, images, labels, lam = kkt_network(num_outputs, kappa=np.full(4, 0.3))
-    loss = StationarityLoss(model, labels, objective, 0.01)
+    loss = StationarityLoss(model, 1 - labels if flip else labels, objective, 0.01)
     generator = torch.Generator().manual_seed(1)
     x = images[None] + 0.05 * torch.randn(2, *images.shape, generator=generator, dtype=torch.float64)
     weights = lam[None] * torch.rand(2, len(lam), generator=generator, dtype=torch.float64) + 0.1
     beta = torch.tensor([10.0, 50.0], dtype=torch.float64)
     (grad_x, grad_lam), values = loss.value_and_grad(x, weights, beta)
+    assert objective == "posterior" or torch.all((values > 1) == flip)  # the posterior's is not ≤ 1
     for run in range(2):
         expected_x, expected_lam = torch.func.grad(loss, argnums=(0, 1))(x[run], weights[run], beta[run])
         torch.testing.assert_close(values[run], loss(x[run], weights[run], beta[run]))
