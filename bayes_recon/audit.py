@@ -36,7 +36,6 @@ from bayes_recon.identifiability import (
     Statistic,
     check_posterior,
     linear_model_functions,
-    probe_points,
 )
 from bayes_recon.kernel import model_features
 from bayes_recon.measure import WeightedMeasure, linear_model_errors
@@ -100,7 +99,7 @@ class Audit:
     attack: PosteriorAttack  # on every draw
     rows: list[dict[str, Any]]  # per identifiable statistic: true, recovered, error, verdict
     curve: list[DrawsPoint]  # by number of draws, the last on every draw
-    oracle_errors: dict[str, float] | None  # the attack's exact optimum, linear models only
+    oracle_errors: dict[str, float] | None  # the attack's exact optimum, with the mitigation only
     mitigation: list[dict[str, Any]]
     config: AuditConfig
     seconds: float
@@ -178,7 +177,7 @@ def audit_posterior(
         return Audit(
             name, check, full, last.rows, [*curve, last], None, [], config, time.perf_counter() - started
         )
-    oracle = _OracleCurve(full, spec, statistics)
+    oracle = _OracleCurve(full, spec, check)
     curve = [oracle.point(n, truth, config) for n in counts]
     mitigation = [
         remaining_leakage(
@@ -195,7 +194,7 @@ def audit_posterior(
         full,
         last.rows,
         [*curve, last],
-        oracle.errors(total, truth),
+        oracle.errors(total, truth) if mitigation else None,  # the mitigation's baseline
         mitigation,
         config,
         time.perf_counter() - started,
@@ -236,13 +235,12 @@ class _OracleCurve:
     statistics t(x) = (1, xxᵀ, xy, y²) of the design; the maps are fitted once on probe points.
     """
 
-    def __init__(
-        self, attack: PosteriorAttack, spec: LinearGaussian, statistics: tuple[Statistic, ...]
-    ) -> None:
-        self.setup, self.spec, self.statistics = attack.reconstruction.setup, spec, statistics
-        points = probe_points(self.setup, 400, seed=attack.seed + 1)
+    def __init__(self, attack: PosteriorAttack, spec: LinearGaussian, check: PosteriorCheck) -> None:
+        self.setup, self.spec = attack.reconstruction.setup, spec
+        self.statistics = check.identifiability.statistics
+        points = check.probe  # the statistics' own probe points: in the support, at the model's scale
         known = linear_model_functions(spec, points)
-        named = np.stack([s.per_point(points) for s in statistics], axis=1)
+        named = np.stack([s.per_point(points) for s in self.statistics], axis=1)
         self.named = np.linalg.lstsq(known, named, rcond=None)[0]  # t ↦ the named statistics
         self.kernel = np.linalg.lstsq(known, model_features(self.setup, points), rcond=None)[0]  # t ↦ Σ φ
 

@@ -233,7 +233,8 @@ def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndar
     """
     layout, weighted = setup.layout, setup.weighted_model
     data = {**weighted.fixed, **layout.example(1)}
-    mean = constrain_fn(weighted.model, (), data, weighted.unravel(jnp.mean(setup.draws, axis=0)))
+    theta = setup.coordinates.shift + setup.coordinates.scale @ jnp.mean(setup.draws, axis=0)
+    mean = constrain_fn(weighted.model, (), data, weighted.unravel(theta))
     responses, predict = response_predictor(weighted.model, layout, dict(weighted.fixed), mean)
 
     @jax.jit
@@ -274,6 +275,7 @@ class PosteriorCheck:
     identifiability: Identifiability
     known: int | None
     exact: bool | None
+    probe: Mapping[str, np.ndarray]  # the probe points they were found on (:func:`probe_points`)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -299,14 +301,13 @@ def check_posterior(
     points = probe_points(setup, probe_size(setup, config), config.seed)
     found = identify(setup, config, points)
     if entry.linear is None:
-        return PosteriorCheck(name, found, None, None)
+        return PosteriorCheck(name, found, None, None, points)
     known = linear_model_functions(entry.linear, points)
     if not found.polynomial:
-        return PosteriorCheck(name, found, _rank(known, config.tolerance), False)
+        return PosteriorCheck(name, found, _rank(known, config.tolerance), False, points)
     named = np.stack([s.per_point(points) for s in found.statistics], axis=1)
-    return PosteriorCheck(
-        name, found, _rank(known, config.tolerance), same_span(named, known, config.tolerance)
-    )
+    exact = same_span(named, known, config.tolerance)
+    return PosteriorCheck(name, found, _rank(known, config.tolerance), exact, points)
 
 
 def _variables(layout: pseudo.Layout, logs: bool) -> tuple[Variable, ...]:
