@@ -403,11 +403,17 @@ def _audit(args: argparse.Namespace) -> int:
     _say(format_table(curve, ("draws", "scored by", "relative MMD", "recovered", "largest error")))
     if audit.mitigation:
         _say("\nMitigation: the best attack's errors on a posterior from noisy sufficient statistics:")
-        rows = [{"release": "no noise", **(audit.oracle_errors or {})}]
+        rows = [{"release": "no noise", **(audit.oracle_errors or {}), "mean shift (sd)": 0.0}]
         rows += [
-            {"release": f"epsilon {m['epsilon']:g} {m['mechanism']}", **m["errors"]} for m in audit.mitigation
+            {
+                "release": f"epsilon {m['epsilon']:g} {m['mechanism']}",
+                **m["errors"],
+                "mean shift (sd)": m["posterior_mean_shift_sd"],
+            }
+            for m in audit.mitigation
         ]
-        _say(format_table(rows, ("release", "N", "XtX", "Xty", "yty")))
+        _say("(errors of what the attacker recovers; mean shift: what the noise costs the posterior's user)")
+        _say(format_table(rows, ("release", "N", "XtX", "Xty", "yty", "mean shift (sd)")))
     _say(f"audit took {audit.seconds:.1f} s")
     if args.report:
         _say(f"wrote {write_report(audit, args.report)}")

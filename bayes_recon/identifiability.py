@@ -185,9 +185,10 @@ def identify(
     started = time.perf_counter()
     raw, logged = _variables(setup.layout, logs=False), _variables(setup.layout, logs=True)
     points = probe_points(setup, probe_size(setup, config), config.seed) if points is None else points
+    features = model_features(setup, points, setup.draws.shape[0])  # (n, S·d), once for every degree
     for degree in range(1, config.max_degree + 1):
         for variables in [raw, logged] if logged != raw else [raw]:
-            found = _identify(setup, variables, degree, points, config)
+            found = _identify(setup, variables, degree, points, features, config)
             if found.polynomial:
                 return dataclasses.replace(found, seconds=time.perf_counter() - started)
     return dataclasses.replace(found, seconds=time.perf_counter() - started)
@@ -342,10 +343,12 @@ def _identify(
     variables: tuple[Variable, ...],
     degree: int,
     probe: Mapping[str, np.ndarray],
+    probe_features: np.ndarray,
     config: IdentifiabilityConfig,
 ) -> Identifiability:
     monomials = _monomials(len(variables), degree)
-    points = {k: v[: config.probe_factor * len(monomials) + 50] for k, v in probe.items()}
+    n = config.probe_factor * len(monomials) + 50
+    points = {k: v[:n] for k, v in probe.items()}
     raw = _monomial_values(variables, monomials, points)
     scale = np.linalg.norm(raw, axis=0)
     basis = raw / scale  # equilibrated: the statistics' units differ by orders of magnitude
@@ -355,9 +358,8 @@ def _identify(
     aliases = _aliases(variables, monomials, basis, kept, points)
     q, r = np.linalg.qr(basis[:, kept])
 
-    features = model_features(setup, points, setup.draws.shape[0])  # (n, S·d)
-    norms = np.linalg.norm(features, axis=0)
-    features = features[:, norms > 0] / norms[norms > 0]
+    norms = np.linalg.norm(probe_features[:n], axis=0)
+    features = probe_features[:n, norms > 0] / norms[norms > 0]
     coefficients = q.T @ features  # the features in the orthonormal basis of the kept monomials
     residual = np.linalg.norm(features - q @ coefficients, axis=0).max(initial=0.0)
     n_draws = int(setup.draws.shape[0])

@@ -35,12 +35,13 @@ from bayes_recon.reconstruct import AttackSetup
 
 @dataclass(frozen=True)
 class Perturbation:
-    """The mechanism: ``epsilon`` (and ``delta`` for "gaussian"); ``draws`` of the released posterior."""
+    """The mechanism: ``epsilon`` (and ``delta`` for "gaussian"); ``draws`` of the released posterior
+    (None: as many as the release audited, so that both carry the same Monte Carlo error)."""
 
     epsilon: float
     mechanism: Literal["laplace", "gaussian"] = "laplace"
     delta: float = 1e-5
-    draws: int = 1000
+    draws: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -114,7 +115,8 @@ def posterior_from_statistics(
         return -(prior + statistics_log_likelihood(beta, params[spec.sigma], stats))
 
     start = setup.coordinates.shift + setup.coordinates.scale @ jnp.mean(setup.draws, axis=0)
-    mcmc = MCMC(NUTS(potential_fn=potential), num_warmup=n_draws, num_samples=n_draws, progress_bar=False)
+    kernel = NUTS(potential_fn=potential, dense_mass=True)  # β's are strongly correlated without centring
+    mcmc = MCMC(kernel, num_warmup=min(n_draws, 2000), num_samples=n_draws, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(seed), init_params=start)
     return np.asarray(mcmc.get_samples())
 
@@ -122,15 +124,20 @@ def posterior_from_statistics(
 def remaining_leakage(
     setup: AttackSetup, spec: LinearGaussian, truth: WeightedMeasure, perturbation: Perturbation
 ) -> dict[str, Any]:
-    """The best attack's scale-free errors (see ``linear_model_errors``) on the noisy release's draws."""
+    """The best attack's scale-free errors (see ``linear_model_errors``) on the noisy release's draws, and
+    the largest shift of a parameter's posterior mean from the audited release, in its posterior sds."""
     stats, scale = noisy_statistics(spec, truth, perturbation)
-    theta = posterior_from_statistics(setup, spec, stats, perturbation.draws, perturbation.seed)
+    n_draws = perturbation.draws or int(setup.draws.shape[0])
+    theta = posterior_from_statistics(setup, spec, stats, n_draws, perturbation.seed)
     coordinates = Coordinates.standardised(jnp.asarray(theta))
     probe = setup.layout.probe(jax.random.PRNGKey(perturbation.seed), PROBE_POINTS)
     oracle = linear_gaussian_oracle(
         setup.weighted_model, spec, coordinates.to_attack(jnp.asarray(theta)), coordinates, probe
     )
     true_stats = truth.linear_model_statistics(*spec.design(truth.points))
+    released = setup.coordinates.shift + setup.draws @ setup.coordinates.scale.T
+    # what the noise costs the posterior's user: how far each parameter's mean moved, in posterior sds
+    shift = np.abs(theta.mean(axis=0) - np.mean(released, axis=0)) / np.std(released, axis=0)
     return {
         "epsilon": perturbation.epsilon,
         "mechanism": perturbation.mechanism,
@@ -138,4 +145,5 @@ def remaining_leakage(
         "noise_scale": scale,
         "errors": linear_model_errors(oracle.statistics, true_stats),
         "noisy_statistic_errors": linear_model_errors(stats, true_stats),
+        "posterior_mean_shift_sd": float(shift.max()),
     }

@@ -145,6 +145,7 @@ def _mitigation(audit: Audit) -> str:
             "no noise (the release audited above)",
             "",
             *(f"{v:.3g}" for v in (audit.oracle_errors or {}).values()),
+            "0",
         )
     ]
     for m in audit.mitigation:
@@ -154,16 +155,20 @@ def _mitigation(audit: Audit) -> str:
                 f"ε = {m['epsilon']:g} ({mechanism})",
                 f"{m['noise_scale']:.3g}",
                 *(f"{v:.3g}" for v in m["errors"].values()),
+                f"{m['posterior_mean_shift_sd']:.3g}",
             )
         )
     note = (
         "<p>Sufficient-statistic perturbation: the data's N, XᵀX, Xᵀy, yᵀy, clipped to the range of each "
-        "design column, get noise scaled to one record's largest contribution; the posterior is sampled "
-        "from the noisy statistics and attacked by the exact optimum (oracle). Scale-free errors of what "
-        "the attacker recovers (larger = less leakage). The clipping bounds here are the data's own "
-        "range, as if public: choose them without the data for a real release.</p>"
+        "design column, get noise on each entry in proportion to one record's bound on it (noise scale in "
+        "those units); the posterior is sampled from the noisy statistics (as many draws as the audited "
+        "release) and attacked by the exact optimum (oracle). Scale-free errors of what the attacker "
+        "recovers (larger = less leakage), and what the noise costs the posterior's user: the largest "
+        "shift of a parameter's posterior mean, in posterior standard deviations. The clipping bounds "
+        "here are the data's own range, as if public: choose them without the data for a real release.</p>"
     )
-    return note + _table(("release", "noise scale", "N", "XᵀX", "Xᵀy", "yᵀy"), rows)
+    header = ("release", "noise scale", "N", "XᵀX", "Xᵀy", "yᵀy", "posterior mean shift (sd)")
+    return note + _table(header, rows)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
