@@ -184,8 +184,15 @@ def identify(
     """
     started = time.perf_counter()
     raw, logged = _variables(setup.layout, logs=False), _variables(setup.layout, logs=True)
-    points = probe_points(setup, probe_size(setup, config), config.seed) if points is None else points
-    features = model_features(setup, points, setup.draws.shape[0])  # (n, S·d), once for every degree
+    try:
+        points = probe_points(setup, probe_size(setup, config), config.seed) if points is None else points
+        features = model_features(setup, points, setup.draws.shape[0])  # (n, S·d), once for every degree
+    except (TypeError, ValueError, IndexError) as err:  # the model on probe data of other lengths
+        raise ReconError(
+            f"the model failed on probe data: {err}. "
+            "A fixed argument with one value per data point (a column the adversary knows) is not "
+            "supported: the statistics would pair known and unknown rows; declare the column free."
+        ) from err
     for degree in range(1, config.max_degree + 1):
         for variables in [raw, logged] if logged != raw else [raw]:
             found = _identify(setup, variables, degree, points, features, config)

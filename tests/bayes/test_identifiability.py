@@ -14,6 +14,7 @@ import pytest
 from numpyro.distributions import constraints
 
 from bayes_recon.cli import main
+from bayes_recon.errors import ReconError
 from bayes_recon.identifiability import (
     IdentifiabilityConfig,
     Statistic,
@@ -147,3 +148,20 @@ def test_check_bad_input_exits_2(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def scaled_regression(x, y=None, scale=1.0):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(beta[0] + beta[1] * scale * x, 1.0), obs=y)
+
+
+def test_fixed_arguments_are_constants_and_per_point_ones_are_refused():
+    draws = {"beta": np.random.default_rng(3).normal(size=(50, 2))}
+    # a known constant that switches the covariate off: x's statistics vanish from the list
+    found = identifiable_statistics(scaled_regression, draws, free=["x", "y"], fixed={"scale": 0.0})
+    assert set(found.names) == {"N", "Σ y"}
+    found = identifiable_statistics(scaled_regression, draws, free=["x", "y"], fixed={"scale": 2.0})
+    assert set(found.names) == {"N", "Σ x", "Σ y", "Σ x²", "Σ x·y"}  # σ = 1 is known: no Σ y²
+    with pytest.raises(ReconError, match="one value per data point"):
+        identifiable_statistics(scaled_regression, draws, free=["y"], fixed={"x": np.ones(20)})
