@@ -15,12 +15,13 @@ unknown. Nothing about the true data may be assumed, so the scale is learned, in
 Points are z_j = shift + scale (u_j + r_j) in each column's unconstrained space, then mapped to
 the data's support (positive, bounded, real) by NumPyro's bijections.
 
-Binary columns (support ``constraints.boolean``) are not relaxed to (0, 1), where the true data
-would sit on the boundary and the optimiser would chase infinite logits. They stratify the
-pseudo-data instead: each of the C = 2^B combinations of 0/1 values gets M points with exact
-binary values and a cloud (and mass) of its own, so group sizes and within-group moments (an
-interaction term's statistics) are all in reach of the clouds. Every array below carries the
-leading stratum axis C (C = 1 without binary columns).
+Binary columns (support ``constraints.boolean``, or :class:`Dummy` for the indicators of one
+categorical variable) are not relaxed to (0, 1), where the true data would sit on the boundary
+and the optimiser would chase infinite logits. They stratify the pseudo-data instead: each
+combination of 0/1 values (2^B of them, fewer when dummies of one variable exclude each other)
+gets M points with exact binary values and a cloud (and mass) of its own, so group sizes and
+within-group moments (an interaction term's statistics) are all in reach of the clouds. Every
+array below carries the leading stratum axis C (C = 1 without binary columns).
 """
 
 from __future__ import annotations
@@ -40,14 +41,21 @@ from numpyro.distributions.transforms import biject_to
 from bayes_recon.errors import ReconError
 
 Array = jax.Array
-MAX_BINARY = 4  # 2^B strata
+MAX_STRATA = 16
 
 
 class Cloud(NamedTuple):
     shift: Array  # (C, D)
     log_diag: Array  # (C, D)
-    lower: Array  # (C, D, D), strictly-lower part used
+    lower: Array  # (C, D(D-1)/2): the strictly-lower entries of the scale, row by row
     log_mass: Array  # (C,)
+
+    def scale(self) -> Array:
+        """The lower-triangular scale matrices (C, D, D)."""
+        c, d = self.shift.shape
+        rows, cols = np.tril_indices(d, -1)
+        lower = jnp.zeros((c, d, d)).at[:, rows, cols].set(self.lower)
+        return lower + jax.vmap(jnp.diag)(jnp.exp(self.log_diag))
 
 
 class Points(NamedTuple):
@@ -60,8 +68,34 @@ class Pseudo(NamedTuple):
     points: Points
 
 
+class Dummy(constraints.Constraint):
+    """0/1 values, one indicator of a categorical variable: at most one indicator of ``variable`` is 1.
+
+    Declaring a dummy-coded variable this way (``support={"age30_44": Dummy("age"), ...}``) keeps
+    its K indicators to K + 1 strata instead of 2^K combinations that the data cannot contain.
+    """
+
+    is_discrete = True
+    event_dim = 0
+
+    def __init__(self, variable: str) -> None:
+        self.variable = variable
+
+    def __call__(self, x: Array) -> Array:
+        return (x == 0) | (x == 1)
+
+    def feasible_like(self, prototype: Array) -> Array:
+        return jnp.zeros_like(prototype)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Dummy) and other.variable == self.variable
+
+    def __hash__(self) -> int:
+        return hash(("Dummy", self.variable))
+
+
 def is_binary(support: Constraint) -> bool:
-    return support is constraints.boolean
+    return support is constraints.boolean or isinstance(support, Dummy)
 
 
 @dataclass(frozen=True)
@@ -72,11 +106,12 @@ class Layout:
     supports: Mapping[str, Constraint]
 
     def __post_init__(self) -> None:
-        if self.binary_dim > MAX_BINARY:
+        if len(self.strata) > MAX_STRATA:
             raise ReconError(
-                f"{self.binary_dim} binary data coordinates; the pseudo-data has 2^B strata of M points, "
-                f"so at most {MAX_BINARY} are supported. Declare the others with "
-                "support=constraints.unit_interval (a continuous relaxation)."
+                f"{self.binary_dim} binary data coordinates make {len(self.strata)} combinations of values; "
+                f"the pseudo-data has M points per combination, so at most {MAX_STRATA} are supported. "
+                "Declare the indicators of one categorical variable with support=pseudo.Dummy(variable), "
+                "or others with support=constraints.unit_interval (a continuous relaxation)."
             )
 
     def support(self, name: str) -> Constraint:
@@ -104,9 +139,19 @@ class Layout:
 
     @property
     def strata(self) -> Array:
-        """The C = 2^B combinations of binary values, (C, B)."""
-        combinations = list(itertools.product((0.0, 1.0), repeat=self.binary_dim))
-        return jnp.asarray(combinations, dtype=float).reshape(2**self.binary_dim, self.binary_dim)
+        """The C combinations of binary values the data can take, (C, B): at most one dummy per variable."""
+        variables = [
+            getattr(self.support(name), "variable", None)
+            for name, width in self.widths(True).items()
+            for _ in range(width)
+        ]
+        exclusive = [[i for i, v in enumerate(variables) if v == var] for var in set(variables) - {None}]
+        combinations = [
+            bits
+            for bits in itertools.product((0.0, 1.0), repeat=self.binary_dim)
+            if all(sum(bits[i] for i in group) <= 1 for group in exclusive)
+        ]
+        return jnp.asarray(combinations, dtype=float).reshape(len(combinations), self.binary_dim)
 
     def assemble(self, z: Array, bits: Array) -> dict[str, Array]:
         """(M, D) unconstrained and (M, B) 0/1 coordinates → {name: (M, *shape)} in each column's support."""
@@ -151,7 +196,7 @@ class Layout:
 def base_points(key: Array, n_points: int, dim: int) -> Array:
     """Standard normal points, whitened to mean 0 and covariance I exactly when n_points > dim."""
     u = jax.random.normal(key, (n_points, dim))
-    if n_points <= dim + 1 or dim == 0:
+    if n_points <= dim:
         return u
     u = u - u.mean(axis=0)
     cov = u.T @ u / n_points
@@ -161,7 +206,8 @@ def base_points(key: Array, n_points: int, dim: int) -> Array:
 def initial(n_points: int, layout: Layout) -> Pseudo:
     """Unit clouds at the origin of the unconstrained space, total mass ``n_points`` shared by the strata."""
     c, d = layout.strata.shape[0], layout.dim
-    cloud = Cloud(jnp.zeros((c, d)), jnp.zeros((c, d)), jnp.zeros((c, d, d)), jnp.full(c, -np.log(c)))
+    lower = jnp.zeros((c, d * (d - 1) // 2))
+    cloud = Cloud(jnp.zeros((c, d)), jnp.zeros((c, d)), lower, jnp.full(c, -np.log(c)))
     return Pseudo(cloud, Points(jnp.zeros((c, n_points, d)), jnp.zeros((c, n_points))))
 
 
@@ -217,14 +263,14 @@ def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
 
     mean, chol = jax.vmap(one)(z, weights)
     log_diag = jnp.log(jnp.diagonal(chol, axis1=1, axis2=2))
-    return cloud._replace(shift=mean, log_diag=log_diag, lower=jnp.tril(chol, -1))
+    rows, cols = np.tril_indices(z.shape[-1], -1)
+    return cloud._replace(shift=mean, log_diag=log_diag, lower=chol[:, rows, cols])
 
 
 def measure(layout: Layout, params: Pseudo, base: Array) -> tuple[dict[str, Array], Array]:
     """The pseudo-data (by name, in each column's support) and their weights: C·M rows, stratum by stratum."""
     cloud, points = params
-    scale = jnp.tril(cloud.lower, -1) + jax.vmap(jnp.diag)(jnp.exp(cloud.log_diag))  # (C, D, D)
-    z = cloud.shift[:, None, :] + jnp.einsum("cmd,ced->cme", base + points.residual, scale)
+    z = cloud.shift[:, None, :] + jnp.einsum("cmd,ced->cme", base + points.residual, cloud.scale())
     n = points.logit.shape[1]
     w = jnp.exp(cloud.log_mass)[:, None] * n * jax.nn.softmax(points.logit, axis=1)
     strata = layout.strata

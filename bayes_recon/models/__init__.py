@@ -18,6 +18,7 @@ from numpyro.distributions.constraints import Constraint
 
 from bayes_recon.errors import ReconError
 from bayes_recon.models import regression as m
+from bayes_recon.pseudo import Dummy
 
 Columns = Mapping[str, np.ndarray]
 
@@ -84,12 +85,7 @@ def _blr_design(c: Columns) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(c["X"], float), np.asarray(c["y"], float)
 
 
-REAL, POSITIVE, UNIT, BINARY = (
-    constraints.real,
-    constraints.positive,
-    constraints.unit_interval,
-    constraints.boolean,
-)
+REAL, POSITIVE, BINARY = constraints.real, constraints.positive, constraints.boolean
 SCORE = constraints.interval(0.0, 200.0)  # Stan: vector<lower=0, upper=200>
 
 ENTRIES: tuple[Entry, ...] = (
@@ -151,10 +147,10 @@ ENTRIES: tuple[Entry, ...] = (
         m.nes,
         (*m.NES_COVARIATES, "partyid7"),
         # race_adj (1, 1.5, 2), educ1 (1-4) and gender (1, 2) are not coded as posteriordb's info says
-        # ({0, .5, 1}, {0, 1}); only the age dummies built in _nes_prepare are 0/1.
+        # ({0, .5, 1}, {0, 1}); only the age dummies built in _nes_prepare are 0/1, one age group each.
         {
             **{k: REAL for k in ("real_ideo", "race_adj", "educ1", "gender", "income", "partyid7")},
-            **{k: UNIT for k in ("age30_44", "age45_64", "age65up")},
+            **{k: Dummy("age_discrete") for k in ("age30_44", "age45_64", "age65up")},
         },
         prepare=_nes_prepare,
         linear=LinearGaussian(_columns(*m.NES_COVARIATES, "partyid7")),

@@ -72,7 +72,7 @@ def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq):
     oracle = oracle_for(result, entry.linear).statistics
     assert max(br.linear_model_errors(estimate, oracle).values()) < 1e-3
     assert result.measure.total_mass() == pytest.approx(float(oracle["N"]), rel=1e-3)
-    assert np.isfinite(result.history["objective"]).all() and result.history["steps_taken"].shape == (1, 3)
+    assert np.isfinite(result.history["objective"]).all() and result.history["steps_taken"].shape == (1, 4)
 
 
 def test_response_predictor_finds_the_observed_column_and_predicts_the_regression_line(kidiq):
@@ -101,6 +101,27 @@ def test_binary_columns_stratify_the_pseudo_data():
     np.testing.assert_allclose([x[:4].mean(), x[4:].mean()], [-5.0, 5.0], atol=1e-12)  # clouds per stratum
     with pytest.raises(br.ReconError, match="binary"):
         pseudo.Layout({f"b{i}": () for i in range(5)}, {f"b{i}": constraints.boolean for i in range(5)})
+
+
+def test_dummies_of_one_variable_exclude_each_other():
+    """Three age indicators and one binary column: 4 age groups × 2, not 2⁴ combinations."""
+    ages = {f"age{i}": pseudo.Dummy("age") for i in range(3)}
+    shapes = {**dict.fromkeys(ages, ()), "hs": (), "x": ()}
+    layout = pseudo.Layout(shapes, {**ages, "hs": constraints.boolean})
+    strata = np.asarray(layout.strata)
+    assert strata.shape == (8, 4)
+    assert strata[:, :3].sum(axis=1).max() == 1
+    assert {tuple(row) for row in strata} == {
+        (*age, hs) for age in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)] for hs in (0, 1)
+    }
+    points = layout.example(2)
+    assert bool(jnp.all(ages["age0"](points["age0"])))
+
+
+def test_base_points_are_whitened_from_dim_plus_one_points():
+    base = pseudo.base_points(jax.random.PRNGKey(3), 10, 9)
+    np.testing.assert_allclose(base.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(base.T @ base / 10, np.eye(9), atol=1e-10)
 
 
 def test_fit_cloud_reproduces_weighted_moments_exactly():
