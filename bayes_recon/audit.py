@@ -273,18 +273,12 @@ def _best_history(attack: PosteriorAttack) -> dict[str, Any]:
     recon = attack.reconstruction
     history, best = recon.history, recon.best_restart
     labels = _coordinate_labels(attack)
-    coarse = recon.config.coarse_steps
     return {
         "objective": history["objective"][best],
         "total_mass": history["total_mass"][best],
         "mean": {label: history["mean"][best][:, i] for i, label in enumerate(labels)},
         "var": {label: history["var"][best][:, i] for i, label in enumerate(labels)},
-        # the first stage (cloud shape at fixed mass) runs only for covariates of unknown location
-        "stage_steps": [
-            len(history["objective"][best]) - coarse - recon.config.steps,
-            coarse,
-            recon.config.steps,
-        ],
+        "stage_steps": [int(n) for n in history["stage_steps"]],
     }
 
 

@@ -73,9 +73,11 @@ class ReconConfig:
             return "exact" if dim <= 20 else "sliced_vr"
         return self.estimator
 
-    @property
-    def total_steps(self) -> int:
-        return 2 * self.coarse_steps + self.steps
+    def stage_steps(self, located: bool, minibatched: bool) -> tuple[int, int, int, int]:
+        """Step caps of the four stages: cloud shape (only with covariates of unknown location), cloud
+        with mass on the subset, cloud on every draw (not with minibatches), every point and weight."""
+        coarse = self.coarse_steps
+        return (coarse if located else 0, coarse, 0 if minibatched else coarse, self.steps)
 
 
 class AttackSetup(NamedTuple):
@@ -93,8 +95,9 @@ class Reconstruction:
 
     ``history`` holds per-step arrays with a leading restart axis: ``objective``, ``total_mass``
     and, per free column (flattened), ``mean`` and ``var`` of the weighted pseudo-data; after a
-    stage converges its rows repeat the final values. ``steps_taken`` (restarts, 3) counts the
-    steps each stage (cloud shape, cloud with mass, all points) ran before it converged.
+    stage converges its rows repeat the final values. ``stage_steps`` (4,) is each stage's length
+    in those arrays (cloud shape, cloud with mass on the subset of draws, cloud on every draw,
+    all points) and ``steps_taken`` (restarts, 4) the steps each ran before it converged.
     """
 
     measure: WeightedMeasure
@@ -291,26 +294,30 @@ def reconstruct(
         model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta.mean(axis=0))
     )
     responses, predict = response_predictor(model, layout, fixed, posterior_mean)
+    searched = tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses))
     begin = Start(
         pseudo.initial(n_points, layout),
         partial(_with_responses, layout, responses, predict, pseudo.initial(n_points, layout).points),
-        tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses)),
+        searched,
+        tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
     )
-    on_step = _progress_hook(progress, config.total_steps)
+    stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
+    on_step = _progress_hook(progress, stage_steps)
 
     @jax.jit
     def run(bases: Array, keys: Array, draws: Array, coarse_draws: Array) -> tuple:
         fns = objectives(draws, coarse_draws)
-        return jax.vmap(lambda base, key: _stages(fns, layout, begin, base, key, config, on_step))(
-            bases, keys
-        )
+        return jax.vmap(
+            lambda base, key: _stages(fns, layout, begin, base, key, config, stage_steps, on_step)
+        )(bases, keys)
 
     compiling = time.perf_counter()
     compiled = run.lower(bases, keys, z, z[subset]).compile()
     compile_seconds = time.perf_counter() - compiling
-    params, values, records, final, steps_taken = compiled(bases, keys, z, z[subset])
+    # Dispatch is asynchronous: wait for the result before reporting the last step.
+    params, values, records, final, steps_taken = jax.block_until_ready(compiled(bases, keys, z, z[subset]))
     if progress:
-        progress(config.total_steps, config.total_steps)
+        progress(sum(stage_steps), sum(stage_steps))
     values, final = np.asarray(values), np.asarray(final)
     _check_finite(values, final, config)
     best = int(np.argmin(final))
@@ -334,6 +341,7 @@ def reconstruct(
         "total_mass": mass,
         "mean": mean,
         "var": var,
+        "stage_steps": np.asarray(stage_steps),
         "steps_taken": np.asarray(steps_taken),
     }
     return Reconstruction(
@@ -400,27 +408,35 @@ def _with_responses(
     cloud: pseudo.Cloud,
     base: Array,
 ) -> pseudo.Cloud:
-    """The cloud refitted to its own covariates with the responses drawn from the model's predictive."""
+    """The cloud refitted to its own covariates with the responses drawn from the model's predictive.
+
+    The cloud's own log-scales of the response coordinates, unused otherwise, scale the predictive's
+    noise (0: the model's noise level): the residual spread is the statistic the posterior mean does
+    not give, and trading it against the mass is what the cloud stage must be free to do.
+    """
     if predict is None:
         return cloud
     data, weights = pseudo.measure(layout, pseudo.Pseudo(cloud, points), base)
     strata = len(weights) // len(base)
-    noise = base[:, np.asarray(layout.coordinates_of(responses), dtype=int)]
-    data = {**data, **predict(data, jnp.tile(noise, (strata, 1)))}
+    columns = np.asarray(layout.coordinates_of(responses), dtype=int)
+    noise = base[None, :, columns] * jnp.exp(cloud.log_diag[:, None, columns])
+    data = {**data, **predict(data, noise.reshape(strata * len(base), len(columns)))}
     z = layout.unconstrain(data)
     z = jnp.where(jnp.isfinite(z), z, 0.0).reshape(strata, len(base), layout.dim)
     return pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
 
 
 def _progress_hook(
-    progress: Callable[[int, int], None] | None, total: int
+    progress: Callable[[int, int], None] | None, stage_steps: Sequence[int]
 ) -> Callable[[int], Callable] | None:
     """Per-stage step callbacks that report the overall step count once per step (restarts share it)."""
     if progress is None:
         return None
-    done = [0]
+    done, total = [0], sum(stage_steps)
 
-    def stage(offset: int) -> Callable[[Array], None]:
+    def stage(number: int) -> Callable[[Array], None]:
+        offset = sum(stage_steps[:number])
+
         def report(index: Array) -> None:
             step = offset + int(index) + 1
             if step > done[0]:
@@ -438,6 +454,7 @@ class Start(NamedTuple):
     params: pseudo.Pseudo
     with_responses: Callable[[pseudo.Cloud, Array], pseudo.Cloud]  # (cloud, base points) → cloud
     searched: tuple[int, ...]  # the covariates' coordinates
+    located: tuple[int, ...]  # the covariates whose support has no centre: their location is searched too
 
 
 def _stages(
@@ -447,6 +464,7 @@ def _stages(
     base: Array,
     key: Array,
     config: ReconConfig,
+    stage_steps: tuple[int, int, int, int],
     on_step: Callable[[int], Callable] | None,
 ) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
     start = begin.params
@@ -473,20 +491,19 @@ def _stages(
     def cloud_record(cloud: pseudo.Cloud) -> tuple[Array, Array, Array]:
         return record(pseudo.Pseudo(cloud, start.points))
 
-    def hook(offset: int) -> Callable[[Array], None] | None:
-        return None if on_step is None else on_step(offset)
+    def hook(stage: int) -> Callable[[Array], None] | None:
+        return None if on_step is None else on_step(stage)
 
     keys = jax.random.split(key)
 
     def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
         return begin.with_responses(cloud, base)
 
-    located = [i for i in layout.coordinates_of(layout.unbounded()) if i in begin.searched]
     scaled = pseudo.search_scales(
         lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
         start.cloud,
         begin.searched,
-        located,
+        begin.located,
     )
 
     def coarse_objective(cloud: pseudo.Cloud, k: Array) -> Array:
@@ -499,7 +516,7 @@ def _stages(
         lambda cloud, k: coarse_objective(cloud._replace(log_mass=scaled.log_mass), k),
         scaled,
         keys[0],
-        config.coarse_steps if located else 0,
+        stage_steps[0],
         newton,
         lambda cloud: cloud_record(responded(cloud)),
         hook(0),
@@ -508,25 +525,36 @@ def _stages(
         coarse_objective,
         shaped.params,
         keys[0],
-        config.coarse_steps,
+        stage_steps[1],
         newton,
         lambda cloud: cloud_record(responded(cloud)),
-        hook(config.coarse_steps),
+        hook(1),
+    )
+    # The cloud again, responses now free, on every draw: the subset's optimum is a few Newton
+    # steps from the full one (the subset overfits when the cloud has dozens of parameters).
+    polished, v2, r2, n2 = minimise(
+        cloud_only(objectives.full),
+        responded(coarse.params),
+        keys[0],
+        stage_steps[2],
+        newton,
+        cloud_record,
+        hook(2),
     )
     last = objectives.minibatch if minibatched else objectives.full
-    final, v2, r2, n2 = minimise(
+    final, v3, r3, n3 = minimise(
         lambda params, k: last(params, base, k),
-        pseudo.Pseudo(responded(coarse.params), start.points),
+        pseudo.Pseudo(polished.params, start.points),
         keys[1],
-        config.steps,
+        stage_steps[3],
         fine,
         record,
-        hook(2 * config.coarse_steps),
+        hook(3),
     )
-    values = jnp.concatenate([v0, v1, v2])
-    records = tuple(jnp.concatenate(parts) for parts in zip(r0, r1, r2, strict=True))
+    values = jnp.concatenate([v0, v1, v2, v3])
+    records = tuple(jnp.concatenate(parts) for parts in zip(r0, r1, r2, r3, strict=True))
     final_value = objectives.full(final.params, base, key) if minibatched else final.value
-    return final.params, values, records, final_value, jnp.stack([n0, n1, n2])
+    return final.params, values, records, final_value, jnp.stack([n0, n1, n2, n3])
 
 
 def _check_finite(values: np.ndarray, final: np.ndarray, config: ReconConfig) -> None:

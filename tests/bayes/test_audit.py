@@ -88,7 +88,7 @@ def test_json_holds_the_reports_numbers(audit):
     assert data["statistics"] == json.loads(json.dumps(data["statistics"]))
     assert [r["statistic"] for r in data["statistics"]] == audit.check.identifiability.names
     history = data["history"]
-    assert history["stage_steps"][1:] == [SHORT.coarse_steps, SHORT.steps]
+    assert history["stage_steps"][1:] == [SHORT.coarse_steps, SHORT.coarse_steps, SHORT.steps]
     assert len(history["total_mass"]) == sum(history["stage_steps"]) == len(history["var"]["kid_score"])
     assert set(history["mean"]) == {"mom_iq", "kid_score"}
     assert data["identifiable"]["matches_sufficient_statistics"] is True
