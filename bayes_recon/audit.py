@@ -38,11 +38,11 @@ from bayes_recon.identifiability import (
     linear_model_functions,
 )
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure, linear_model_errors
+from bayes_recon.measure import WeightedMeasure, jsonable, linear_model_errors
 from bayes_recon.mitigation import Perturbation, remaining_leakage
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack
-from bayes_recon.pipeline import PosteriorAttack, _jsonable, attack_posterior
+from bayes_recon.pipeline import PosteriorAttack, attack_posterior
 from bayes_recon.reconstruct import ReconConfig
 
 Verdict = Literal["recovered", "partly", "not"]
@@ -111,7 +111,7 @@ class Audit:
 
     def to_json(self) -> dict[str, Any]:
         config = self.config
-        return _jsonable(
+        return jsonable(
             {
                 "posterior": self.name,
                 "database": str(self.attack.database),

@@ -8,6 +8,7 @@ Numpy only, so that ``nn_recon`` can use it without importing JAX.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +158,7 @@ class WeightedMeasure:
             "names": self.names,
             "shapes": {k: list(np.shape(v)) for k, v in self.points.items()},
             "total_mass": self.total_mass(),
-            "meta": _jsonable(self.meta),
+            "meta": jsonable(self.meta),
         }
         base.with_suffix(".json").write_text(json.dumps(header, indent=2))
         return base.with_suffix(".npz")
@@ -175,16 +176,23 @@ class WeightedMeasure:
         return cls(points, weights, meta)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """Plain JSON types: arrays to lists, numpy scalars to Python ones, NaN and infinity to None."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+        return jsonable(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
 
 
 def linear_model_errors(

@@ -18,7 +18,7 @@ import numpy as np
 
 from bayes_recon.errors import ReconError
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure
+from bayes_recon.measure import WeightedMeasure, jsonable
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
@@ -90,12 +90,12 @@ class PosteriorAttack:
             "database": None if self.database is None else str(self.database),
             "points": len(self.measure),
             "seed": self.seed,
-            "true_n": None if self.truth is None else _number(self.truth.total_mass()),
-            "objective": _number(recon.objective),
-            "seconds": _number(recon.seconds),
-            "config": _jsonable(dataclasses.asdict(recon.config)),
-            "relative_mmd_model_kernel": _jsonable(self.relative_mmd()),
-            "rows": [{k: _jsonable(v) for k, v in row.items()} for row in self.rows()],
+            "true_n": None if self.truth is None else jsonable(self.truth.total_mass()),
+            "objective": jsonable(recon.objective),
+            "seconds": jsonable(recon.seconds),
+            "config": jsonable(dataclasses.asdict(recon.config)),
+            "relative_mmd_model_kernel": jsonable(self.relative_mmd()),
+            "rows": [{k: jsonable(v) for k, v in row.items()} for row in self.rows()],
         }
 
 
@@ -202,29 +202,3 @@ def _row(statistic: str, column: str | None, recovered: float, true: float | Non
 
 def _flat(values: Any) -> list[float]:
     return [float(v) for v in np.asarray(values, dtype=float).reshape(-1)]
-
-
-def _number(value: Any) -> float | None:
-    """A float for JSON, None where it is not finite (JSON has no NaN or infinity)."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return _number(value)
-    if value is None or isinstance(value, str):
-        return value
-    return str(value)
