@@ -155,11 +155,11 @@ def plain_stationarity_step(model: TrainedModel, x, lam, labels, beta: float):
         model.network, dict(zip(names, params, strict=True)), (x,), {"surrogate_beta": beta}
     )
     grads = torch.autograd.grad((lam * margins(outputs, labels)).sum(), params, create_graph=True)
-    scale = sum((p * g).sum() for p, g in zip(params, grads, strict=True)) / sum(
-        g.square().sum() for g in grads
-    )
+    grad_norm = sum(g.square().sum() for g in grads)
+    scale = sum((p * g).sum() for p, g in zip(params, grads, strict=True)) / grad_norm
     residual = sum((p - scale * g).square().sum() for p, g in zip(params, grads, strict=True))
-    loss = residual / sum(p.square().sum() for p in params)
+    reflection = 2 * scale.clamp(max=0).square() * grad_norm  # the attack's loss for a negative scale
+    loss = (residual + reflection) / sum(p.square().sum() for p in params)
     return loss, *torch.autograd.grad(loss, [x, lam])
 
 
