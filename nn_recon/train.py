@@ -211,7 +211,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None) 
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as error:
-        raise ReconInputError(f"{path} is not a model file written by nn-recon train ({error})") from None
+        raise ReconInputError(
+            f"{path} is not a model file written by nn-recon train ({type(error).__name__}: {error})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != MODEL_FORMAT:
         raise ReconInputError(
             f"{path} is not a model file written by nn-recon train (no {MODEL_FORMAT!r} tag)"

@@ -32,6 +32,7 @@ def test_train_attack_match_end_to_end(tmp_path, capsys):
 BAD_INPUT = [
     ("train --dataset cifar10 --task vehicles-animals --data-root /nonexistent --out m.pt", "does not exist"),
     ("stationarity --model MODEL_NOT_OURS --out r", "not a model file"),
+    ("stationarity --model NOT_TORCH --out r", "NOT_TORCH is not a model file written by nn-recon train"),
     ("stationarity --model MULTICLASS_MODEL --points 4 --out r", "smaller than the 10"),
     ("train --dataset digits --arch rnn:3 --out m.pt", "unknown architecture"),
 ]
@@ -41,6 +42,7 @@ BAD_INPUT = [
 def test_bad_input_exits_2_with_a_message(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     torch.save({"something": torch.zeros(2)}, tmp_path / "MODEL_NOT_OURS")
+    (tmp_path / "NOT_TORCH").write_text("junk")
     multiclass = "train --dataset digits --task multiclass --per-class 2 --arch mlp:8 --max-steps 1"
     assert main(["--quiet", *multiclass.split(), "--out", "MULTICLASS_MODEL"]) == 0
     assert main(["--quiet", *argv.split()]) == 2
