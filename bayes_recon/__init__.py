@@ -8,9 +8,11 @@ jax.config.update("jax_enable_x64", True)
 
 from bayes_recon.errors import ReconError  # noqa: E402
 from bayes_recon.measure import WeightedMeasure, linear_model_errors  # noqa: E402
+from bayes_recon.pseudo import Dummy  # noqa: E402
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct  # noqa: E402
 
 __all__ = [
+    "Dummy",
     "ReconConfig",
     "ReconError",
     "Reconstruction",

@@ -531,7 +531,8 @@ def _stages(
         hook(1),
     )
     # The cloud again, responses now free, on every draw: the subset's optimum is a few Newton
-    # steps from the full one (the subset overfits when the cloud has dozens of parameters).
+    # steps from the full one (the subset overfits when the cloud has dozens of parameters). The
+    # Hessian still comes from the subset (subsampled Newton); gradients and steps from every draw.
     polished, v2, r2, n2 = minimise(
         cloud_only(objectives.full),
         responded(coarse.params),
@@ -540,6 +541,7 @@ def _stages(
         newton,
         cloud_record,
         hook(2),
+        hessian_objective=cloud_only(objectives.coarse),
     )
     last = objectives.minibatch if minibatched else objectives.full
     final, v3, r3, n3 = minimise(
