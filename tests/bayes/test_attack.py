@@ -171,6 +171,26 @@ def test_optimisers_solve_a_badly_scaled_problem_and_stop_early(method):
     )  # monotone: refused steps change nothing
 
 
+def test_subsampled_newton_converges_to_the_full_objectives_minimum():
+    """A Hessian from another (subset-like) quadratic only preconditions: the fixed point is the full one."""
+    a = jnp.array([[4e4, 20.0], [20.0, 2e-2]])
+    target = jnp.array([3.0, -700.0])
+
+    def full(x, key):
+        return 0.5 * (x - target) @ a @ (x - target)
+
+    def subset(x, key):  # 20 % off in curvature, a different minimum
+        return 0.5 * x @ (a * jnp.array([[1.2, 0.9], [0.9, 0.8]])) @ x + x[0]
+
+    state, _, _, steps = jax.jit(
+        lambda p: minimise(
+            full, p, jax.random.PRNGKey(0), 100, OptimiserConfig("newton"), hessian_objective=subset
+        )
+    )(jnp.zeros(2))
+    np.testing.assert_allclose(state.params, target, rtol=1e-7)
+    assert int(steps) < 100
+
+
 def test_restarts_are_vmapped_through_minimise():
     def objective(x, key):
         return jnp.sum((x - 3.0) ** 2)
