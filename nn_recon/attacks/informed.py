@@ -133,37 +133,37 @@ def glm_from_estimator(estimator: Any) -> GLM:
     from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
 
     name = type(estimator).__name__
+    if type(estimator) not in (LinearRegression, Ridge, LogisticRegression):
+        raise ReconInputError(
+            f"{name} is not supported; the closed form covers sklearn LinearRegression, Ridge and "
+            "LogisticRegression, or a GLM(...) built from plain coefficient arrays"
+        )
     if not hasattr(estimator, "coef_"):
         raise ReconInputError(f"the {name} is not fitted; fit it before attacking it")
     intercept = estimator.intercept_ if estimator.fit_intercept else None
+    if getattr(estimator, "positive", False):
+        raise ReconInputError(f"{name}(positive=True) has constraints; the closed form needs none")
     if type(estimator) is LinearRegression:
         return GLM("gaussian", estimator.coef_, intercept)
     if type(estimator) is Ridge:
         if np.ndim(estimator.alpha) != 0:
             raise ReconInputError("Ridge with one alpha per target is not supported; fit one per target")
-        if getattr(estimator, "positive", False):
-            raise ReconInputError("Ridge(positive=True) has constraints; the closed form needs none")
         return GLM("gaussian", estimator.coef_, intercept, l2=float(estimator.alpha))
-    if type(estimator) is LogisticRegression:
-        problems = []
-        if estimator.l1_ratio not in (0, 0.0, None) or estimator.penalty in ("l1", "elasticnet"):
-            problems.append("an L1 penalty (non-smooth)")
-        if estimator.solver == "liblinear" and estimator.fit_intercept:
-            problems.append("solver='liblinear' (it penalises the intercept)")
-        if estimator.class_weight is not None:
-            problems.append("class_weight")
-        if problems:
-            raise ReconInputError(
-                f"LogisticRegression with {', '.join(problems)} is not supported; refit with the default "
-                "L2 penalty and solver='lbfgs'"
-            )
-        l2 = 0.0 if estimator.penalty is None or np.isinf(estimator.C) else 1.0 / estimator.C
-        family: Family = "bernoulli" if len(estimator.classes_) == 2 else "multinomial"
-        return GLM(family, estimator.coef_, intercept, l2=l2, classes=estimator.classes_)
-    raise ReconInputError(
-        f"{name} is not supported; the closed form covers sklearn LinearRegression, Ridge and "
-        "LogisticRegression, or a GLM(...) built from plain coefficient arrays"
-    )
+    problems = []
+    if estimator.l1_ratio not in (0, 0.0, None) or estimator.penalty in ("l1", "elasticnet"):
+        problems.append("an L1 penalty (non-smooth)")
+    if estimator.solver == "liblinear" and estimator.fit_intercept:
+        problems.append("solver='liblinear' (it penalises the intercept)")
+    if estimator.class_weight is not None:
+        problems.append("class_weight")
+    if problems:
+        raise ReconInputError(
+            f"LogisticRegression with {', '.join(problems)} is not supported; refit with the default "
+            "L2 penalty and solver='lbfgs'"
+        )
+    l2 = 0.0 if estimator.penalty is None or np.isinf(estimator.C) else 1.0 / estimator.C
+    family: Family = "bernoulli" if len(estimator.classes_) == 2 else "multinomial"
+    return GLM(family, estimator.coef_, intercept, l2=l2, classes=estimator.classes_)
 
 
 @dataclass(frozen=True)
@@ -249,6 +249,8 @@ def reconstruct_target(
     ``label`` is the target's label if the adversary knows it (required without an intercept).
     Raises ``NotOptimalError`` when the relative gradient norm exceeds ``tol``.
     """
+    if not tol > 0:
+        raise ReconInputError(f"tol must be > 0, got {tol}")
     glm = _as_glm(model)
     x, responses = _checked_data(glm, x_minus, y_minus)
     known = None if label is None else glm.encode_labels(np.asarray([label]))[0]
@@ -269,7 +271,7 @@ def reconstruct_target(
     else:
         if known is None:
             raise ReconInputError(
-                "the model has no intercept, so the target's label must be known: pass label=..."
+                "the model has no intercept, so the target's label must be known: pass label=... (--label)"
             )
         if glm.coef.shape[0] != 1:
             raise ReconInputError("without an intercept only single-output models are supported")

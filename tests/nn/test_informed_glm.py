@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from sklearn.linear_model import Lasso, LinearRegression, LogisticRegression, Ridge
+from sklearn.svm import SVR
 
 from nn_recon.attacks.informed import (
     GLM,
@@ -110,5 +111,11 @@ def test_unsupported_estimator_and_bad_shapes_are_clear_errors():
         reconstruct_target(Lasso(alpha=0.1).fit(x, y), x[:-1], y[:-1])
     with pytest.raises(ReconInputError, match="not fitted"):
         reconstruct_target(Ridge(), x[:-1], y[:-1])
+    with pytest.raises(ReconInputError, match="SVR is not supported"):  # fitted, but kernelised
+        reconstruct_target(SVR().fit(x, y), x[:-1], y[:-1])
+    with pytest.raises(ReconInputError, match="positive=True"):  # constrained: KKT, not a zero gradient
+        reconstruct_target(LinearRegression(positive=True).fit(x, y), x[:-1], y[:-1])
+    with pytest.raises(ReconInputError, match="tol must be > 0"):
+        reconstruct_target(LinearRegression().fit(x, y), x[:-1], y[:-1], tol=-1)
     with pytest.raises(ReconInputError, match="match"):
         reconstruct_target(LinearRegression().fit(x, y), x[:-1, :3], y[:-1])
