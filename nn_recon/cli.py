@@ -249,7 +249,9 @@ def _load_glm_inputs(args: argparse.Namespace):
         try:
             model = joblib.load(model_path)
         except Exception as error:
-            raise ReconInputError(f"could not load a fitted estimator from {model_path}: {error}") from error
+            raise ReconInputError(
+                f"could not load a fitted estimator from {model_path} ({type(error).__name__}: {error})"
+            ) from error
     if known_path.suffix == ".npz":
         with np.load(known_path, allow_pickle=False) as saved:
             if not {"x", "y"} <= set(saved.files):

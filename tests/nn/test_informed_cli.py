@@ -53,6 +53,10 @@ def test_glm_bad_input_exits_2(tmp_path, capsys):
         main(["glm", "--model", str(tmp_path / "ridge.joblib"), "--known", str(tmp_path / "wrong.npz")]) == 2
     )
     assert "match" in capsys.readouterr().err
+    (tmp_path / "junk.joblib").write_text("not a pickle")
+    junk, known = str(tmp_path / "junk.joblib"), str(tmp_path / "wrong.npz")
+    assert main(["glm", "--model", junk, "--known", known]) == 2
+    assert "junk.joblib (KeyError: " in capsys.readouterr().err  # the exception named, not a bare number
 
 
 def test_shadows_then_reconn_on_digits(tmp_path, capsys):
