@@ -6,8 +6,8 @@ Reports the max relative error of the reconstructed (features, label) and the ti
 models ART supports (its DatabaseReconstruction covers sklearn classifiers, so logistic
 regression here) ART's error and the time ratio ART / closed form.
 
-ART is a benchmark-only dependency:
-    /work/main/.venv/bin/pip install adversarial-robustness-toolbox   (pulls no torch)
+ART is a benchmark-only dependency (the ``bench`` extra, 1.20.1 when measured; pulls no torch):
+    .venv/bin/pip install -e '.[bench]'
 Run:
     PYTHONPATH=. python benchmarks/glm_closed_form.py [--json results/glm_closed_form.json] [--no-art]
 """
