@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from nn_recon.attacks.inversion import identity_loss, reparameterised
+from nn_recon.attacks.inversion import SettingConfig, fit_classifier, identity_loss, reparameterised
 from nn_recon.cli import main
 from nn_recon.gan import GanConfig, train_gan
 from nn_recon.metrics import knn_distance, top_k_accuracy
@@ -103,11 +103,37 @@ def test_interrupted_gan_training_resumes_to_the_same_weights(tmp_path, monkeypa
     monkeypatch.setattr(gan_module, "_save_state", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         train_gan(config, images, labels, checkpoint=tmp_path / "gan.ckpt")
-    monkeypatch.setattr(gan_module, "_save_state", save)
+    saved_steps = []
+    monkeypatch.setattr(gan_module, "_save_state", lambda path, state: saved_steps.append(state["step"]))
     resumed = train_gan(config, images, labels, checkpoint=tmp_path / "gan.ckpt")
+    assert saved_steps == [6]  # it went on from step 3 rather than starting over
     for network in ("generator", "discriminator"):
         first, second = getattr(whole, network).state_dict(), getattr(resumed, network).state_dict()
         assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_interrupted_classifier_training_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    rng = np.random.default_rng(1)
+    images, labels = rng.random((64, 1, 8, 8), dtype=np.float32), rng.integers(0, 3, 64)
+    architecture = Architecture.parse("cnn:4,6", (1, 8, 8), 3)
+    config = SettingConfig(batch_size=16)
+    arguments = (architecture, images, labels, images.mean(0), ("a", "b", "c"), config, 0)
+    whole = fit_classifier(*arguments, tmp_path / "whole.ckpt")
+    save = torch.save
+
+    def save_then_stop(*args, **kwargs):
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        fit_classifier(*arguments, tmp_path / "resumed.ckpt")
+    saved_epochs = []
+    monkeypatch.setattr(torch, "save", lambda state, path: saved_epochs.append(state["epoch"]))
+    resumed = fit_classifier(*arguments, tmp_path / "resumed.ckpt")
+    assert saved_epochs == [2]  # it went on from epoch 1 rather than starting over
+    first, second = whole.network.state_dict(), resumed.network.state_dict()
+    assert all(torch.equal(first[name], second[name]) for name in first)
 
 
 TINY = "--workdir {w} --epochs 1 --per-class 40 --public-size 400"
