@@ -2,7 +2,8 @@
 
 For a Gaussian linear regression the attack can at best recover T = (N, XᵀX, Xᵀy, yᵀy), and the
 divergence estimated from the draws is a quadratic in T whose exact minimiser is the oracle
-(``bayes_recon.oracle``). For each posterior, number of pseudo-points M and seed this prints one
+(``bayes_recon.oracle``). For each posterior, number of pseudo-points M (per combination of the
+binary columns' values, so kidiq's mom_hs models have 2M points and nes2000 4M) and seed this prints one
 row: the sum of weights against N; for each statistic its error against the oracle (in the
 attack's coordinates) and against the truth (scale-free, see ``linear_model_errors``); the
 (β, log σ)-coordinates oracle's error against the truth; the bootstrap spread of the oracle over
@@ -98,6 +99,7 @@ def run_posterior(
                 {
                     "posterior": name,
                     "M": n_points,
+                    "points": len(measure),  # M per combination of binary values
                     "seed": seed,
                     "N": n_true,
                     "mass": measure.total_mass(),
@@ -109,6 +111,7 @@ def run_posterior(
                     "wall_s": wall,
                     "compile_s": result.compile_seconds,
                     "steps": steps,
+                    "stage_steps_taken": result.history["steps_taken"][result.best_restart].tolist(),
                     "s_per_step": (result.seconds - result.compile_seconds) / max(steps, 1),
                     "bar_oracle": max(vs_oracle.values()) <= 0.01,
                     "bar_truth": all(vs_truth[k] <= raw_vs_truth[k] + 0.01 for k in STATS),
