@@ -261,6 +261,7 @@ class Chunk:
     start: int
     targets_x: torch.Tensor
     targets_y: torch.Tensor
+    noise_seed: int
 
 
 def train_chunk(
@@ -270,7 +271,7 @@ def train_chunk(
     ids = range(chunk.start, chunk.start + len(chunk.targets_x))
     params = initial_parameters(config, ids)
     trained = train_models(
-        config, x_minus, y_minus, chunk.targets_x, chunk.targets_y, params, noise_seed=chunk.index
+        config, x_minus, y_minus, chunk.targets_x, chunk.targets_y, params, noise_seed=chunk.noise_seed
     )
     return flatten(trained)
 
@@ -285,22 +286,25 @@ class Farm:
     targets_y: torch.Tensor
 
 
-def _chunks(config: FarmConfig, targets_x: torch.Tensor, targets_y: torch.Tensor) -> list[Chunk]:
+def _chunks(
+    config: FarmConfig, targets_x: torch.Tensor, targets_y: torch.Tensor, noise_seed: int
+) -> list[Chunk]:
     return [
         Chunk(
             i,
             start,
             targets_x[start : start + config.chunk_size],
             targets_y[start : start + config.chunk_size],
+            noise_seed * 1_000_003 + i,
         )
         for i, start in enumerate(range(0, len(targets_x), config.chunk_size))
     ]
 
 
-def _check_folder(folder: Path, config: FarmConfig, fingerprint: dict) -> None:
-    """A farm folder belongs to one (config, D⁻, targets): refuse to mix chunks of different farms."""
+def _check_folder(folder: Path, config: FarmConfig, noise_seed: int, fingerprint: dict) -> None:
+    """A farm folder holds one (config, noise seed, D⁻, targets): refuse to mix chunks of different farms."""
     meta_path = folder / "farm.json"
-    meta = {"format": FARM_FORMAT, "config": config.to_dict(), "data": fingerprint}
+    meta = {"format": FARM_FORMAT, "config": config.to_dict(), "noise_seed": noise_seed, "data": fingerprint}
     if meta_path.exists():
         saved = json.loads(meta_path.read_text())
         if saved != json.loads(json.dumps(meta)):
@@ -328,9 +332,13 @@ def build_farm(
     targets_y: torch.Tensor,
     folder: str | Path | None = None,
     backend: str = "local",
+    noise_seed: int = 0,
 ) -> Farm:
     """Train one model per target (or reuse the chunks already saved in ``folder``).
 
+    ``noise_seed`` seeds this farm's DP noise (chunk i draws from ``noise_seed``·1,000,003 + i).
+    The adversary does not know the released models' noise, so their farm must not share the
+    shadows' seed: with equal chunk sizes, model i of each would get identical noise.
     ``backend`` is "local" (default: chunk after chunk in this process) or "ray" (each missing
     chunk a Ray task; needs ``pip install ray`` and a running cluster or ``ray.init()``).
     """
@@ -340,10 +348,10 @@ def build_farm(
         raise ReconInputError("targets_x/targets_y and x_minus/y_minus must have matching lengths")
     if len(targets_x) == 0:
         raise ReconInputError("the farm needs at least one target")
-    chunks = _chunks(config, targets_x, targets_y)
+    chunks = _chunks(config, targets_x, targets_y, noise_seed)
     path = Path(folder) if folder is not None else None
     if path is not None:
-        _check_folder(path, config, _fingerprint(x_minus, y_minus, targets_x, targets_y))
+        _check_folder(path, config, noise_seed, _fingerprint(x_minus, y_minus, targets_x, targets_y))
     results: dict[int, torch.Tensor] = {}
     missing = []
     for chunk in chunks:

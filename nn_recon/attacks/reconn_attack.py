@@ -112,12 +112,13 @@ def train_farms(config: InformedAttackConfig, out: str | Path) -> tuple[Farm, Fa
     _, (x_minus, y_minus), (shadow_x, shadow_y), (test_x, test_y) = _split(config)
     timings: dict[str, float] = {}
     farms = []
-    for name, xs, ys in (
-        (f"released_{config.targets}", test_x[: config.targets], test_y[: config.targets]),
-        (f"shadows_{config.shadows}", shadow_x, shadow_y),
+    # the released models' DP noise (noise seed 1) is the defender's, unknown to the adversary's shadows (0)
+    for name, xs, ys, noise_seed in (
+        (f"released_{config.targets}", test_x[: config.targets], test_y[: config.targets], 1),
+        (f"shadows_{config.shadows}", shadow_x, shadow_y, 0),
     ):
         start = time.perf_counter()
-        farms.append(build_farm(config.farm, x_minus, y_minus, xs, ys, out / name))
+        farms.append(build_farm(config.farm, x_minus, y_minus, xs, ys, out / name, noise_seed=noise_seed))
         timings[f"{name}_s"] = time.perf_counter() - start
     return farms[0], farms[1], timings
 

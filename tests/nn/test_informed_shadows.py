@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from nn_recon.attacks.reconn_attack import InformedAttackConfig, train_farms
 from nn_recon.dp import DPConfig, noise_multiplier
 from nn_recon.errors import ReconInputError
 from nn_recon.shadows import (
@@ -129,6 +130,32 @@ def test_farm_saves_chunks_and_resumes(tmp_path):
     other = FarmConfig(**{**config.to_dict(), "lr": 0.01})
     with pytest.raises(ReconInputError, match="another configuration"):
         build_farm(other, x_minus, y_minus, targets_x, targets_y, tmp_path)
+
+
+def test_dp_noise_is_seeded_per_farm_and_the_released_farm_draws_its_own(tmp_path, monkeypatch):
+    config = FarmConfig(**{**CONFIG.to_dict(), "chunk_size": 2, "dp": DPConfig(epsilon=1.0)})
+    x_minus, y_minus, targets_x, targets_y = _data()
+
+    def farm(seed, folder=None):
+        return build_farm(config, x_minus, y_minus, targets_x, targets_y, folder, noise_seed=seed).params
+
+    torch.testing.assert_close(farm(0), farm(0), rtol=0, atol=0)
+    assert not torch.allclose(farm(0), farm(1), atol=1e-3)
+    farm(0, tmp_path / "farm")
+    with pytest.raises(ReconInputError, match="another configuration"):  # chunks of another noise seed
+        farm(1, tmp_path / "farm")
+
+    seeds = []
+
+    def record(*args, noise_seed):
+        seeds.append(noise_seed)
+        return args[-1]
+
+    monkeypatch.setattr("nn_recon.shadows.train_models", record)
+    private = FarmConfig(widths=(64, 5, 10), chunk_size=2, dp=DPConfig(epsilon=1.0))
+    train_farms(InformedAttackConfig(dataset="digits", fixed_set_size=20, shadows=4, targets=4, farm=private),
+                tmp_path / "attack")  # fmt: skip
+    assert len(seeds) == 4 and len(set(seeds)) == 4  # equal chunk sizes, yet no model shares its noise
 
 
 def test_flatten_round_trip_and_black_box_view():
