@@ -248,8 +248,7 @@ def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndar
     @jax.jit
     def draw(key: jax.Array) -> dict[str, jax.Array]:
         k1, k2, k3 = jax.random.split(key, 3)
-        bits = jax.random.bernoulli(k2, 0.5, (n, layout.binary_dim)).astype(float)
-        points = layout.assemble(jax.random.normal(k1, (n, layout.dim)), bits)
+        points = layout.assemble(jax.random.normal(k1, (n, layout.dim)), layout.random_bits(k2, n))
         if predict is None:
             return points
         noise = jax.random.normal(k3, (n, len(layout.coordinates_of(responses))))

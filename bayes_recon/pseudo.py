@@ -189,8 +189,13 @@ class Layout:
     def probe(self, key: Array, n: int) -> dict[str, Array]:
         """n random points spread over the supports (for spans of statistics)."""
         k1, k2 = jax.random.split(key)
-        bits = jax.random.bernoulli(k2, 0.5, (n, self.binary_dim)).astype(float)
-        return self.assemble(2.0 * jax.random.normal(k1, (n, self.dim)), bits)
+        return self.assemble(2.0 * jax.random.normal(k1, (n, self.dim)), self.random_bits(k2, n))
+
+    def random_bits(self, key: Array, n: int) -> Array:
+        """(n, B) binary values drawn from ``strata``: indicators of one variable are never 1 together
+        (statistics of such rows are out of the data's reach)."""
+        strata = self.strata
+        return strata[jax.random.randint(key, (n,), 0, len(strata))]
 
 
 def base_points(key: Array, n_points: int, dim: int) -> Array:
