@@ -357,6 +357,7 @@ def _identify(
     points = {k: v[:n] for k, v in probe.items()}
     raw = _monomial_values(variables, monomials, points)
     scale = np.linalg.norm(raw, axis=0)
+    scale[scale == 0] = 1.0  # zero on the support (two dummies of one variable): an alias of 0, never kept
     basis = raw / scale  # equilibrated: the statistics' units differ by orders of magnitude
     # A monomial that is a combination of lower ones on the support (x² = x for binary x) is no new
     # statistic: the diagonal of R in an unpivoted QR is the norm of what it adds to the lower ones.

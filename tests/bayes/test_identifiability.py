@@ -165,3 +165,12 @@ def test_fixed_arguments_are_constants_and_per_point_ones_are_refused():
     assert set(found.names) == {"N", "Σ x", "Σ y", "Σ x²", "Σ x·y"}  # σ = 1 is known: no Σ y²
     with pytest.raises(ReconError, match="one value per data point"):
         identifiable_statistics(scaled_regression, draws, free=["y"], fixed={"x": np.ones(20)})
+
+
+@pytest.mark.slow
+def test_dummies_of_one_variable_have_no_product_statistic(shared_db):
+    """nes2000's age indicators (Dummy): a product of two is 0 on the support, an alias and no statistic."""
+    check = check_posterior("nes2000-nes", shared_db)
+    assert check.exact is True
+    assert "age30_44·age45_64 = 0" in check.identifiability.aliases
+    assert not any("age30_44·age45_64" in name for name in check.identifiability.names)
