@@ -8,9 +8,6 @@ mass, weighted means and variances per step, the true value as a dashed line) an
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,23 +15,11 @@ from typing import Any
 import numpy as np
 
 from bayes_recon.audit import Audit
-
-STYLE = """
-body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-td.recovered { background: #f6c6c6; } td.partly { background: #fbe3b5; } td.not { background: #cfeccf; }
-img { max-width: 100%; }
-.note { color: #555; font-size: 0.9em; }
-"""
+from bayes_recon.htmlpage import escape, figure_image, page, table, write
 
 
 def write_report(audit: Audit, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(audit), encoding="utf-8")
-    return out
+    return write(render(audit), path)
 
 
 def render(audit: Audit) -> str:
@@ -43,9 +28,9 @@ def render(audit: Audit) -> str:
     release, config = data["release"], audit.config
     check = audit.check.identifiability
     sections = [
-        f"<h1>Leakage audit: {_e(audit.name)}</h1>",
+        f"<h1>Leakage audit: {escape(audit.name)}</h1>",
         "<h2>Model and release</h2>",
-        _table(
+        table(
             ("", ""),
             [
                 ("posterior", audit.name),
@@ -62,13 +47,13 @@ def render(audit: Audit) -> str:
         "<h2>What the release can reveal</h2>",
         f"<p>From the model and its draws alone (no data): the posterior depends on the data only through "
         f"these {check.rank} statistics (its features are polynomials of degree {check.degree} in "
-        f"{_e(', '.join(v.label for v in check.variables))}). Data sets that agree on them give the same "
+        f"{escape(', '.join(v.label for v in check.variables))}). Data sets that agree on them give the same "
         "posterior; nothing else about the data (single rows, higher moments) is in the release.</p>",
-        "<ul>" + "".join(f"<li>{_e(n)}</li>" for n in check.names) + "</ul>",
+        "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in check.names) + "</ul>",
     ]
     if check.aliases:
         sections.append(
-            f"<p class='note'>Equal on the support, counted once: {_e('; '.join(check.aliases))}</p>"
+            f"<p class='note'>Equal on the support, counted once: {escape('; '.join(check.aliases))}</p>"
         )
     if audit.check.exact is not None:
         verdict = "exactly" if audit.check.exact else "not"
@@ -88,14 +73,14 @@ def render(audit: Audit) -> str:
         errors = ", ".join(f"{k} {v:.3g}" for k, v in audit.oracle_errors.items())
         sections.append(
             f"<p class='note'>The attack's exact optimum on these draws (the oracle) is off the truth by: "
-            f"{_e(errors)} (scale-free); that gap is the draws' Monte Carlo error.</p>"
+            f"{escape(errors)} (scale-free); that gap is the draws' Monte Carlo error.</p>"
         )
     sections += [
         "<h2>Leakage against the number of draws released</h2>",
         "<p class='note'>The first n draws as the release. <i>attack</i>: the reconstruction itself; "
         "<i>oracle</i>: its exact optimum for a Gaussian linear model, which the attack reaches.</p>",
-        _image(_draws_figure(audit), "error of each statistic against the number of draws"),
-        _table(
+        figure_image(_draws_figure(audit), "error of each statistic against the number of draws"),
+        table(
             ("draws", "scored by", "relative MMD", "recovered", "partly", "not", "largest error"),
             [
                 (
@@ -111,18 +96,13 @@ def render(audit: Audit) -> str:
         "<h2>Convergence of the attack</h2>",
         "<p class='note'>The kept restart, step by step; dotted lines separate the stages (cloud shape, "
         "cloud with mass, every point and weight); the dashed line is the true value.</p>",
-        _image(
+        figure_image(
             _convergence_figure(audit, data["history"]), "convergence of the total mass, means and variances"
         ),
     ]
     if audit.mitigation:
         sections += ["<h2>Mitigation: posterior from noisy sufficient statistics</h2>", _mitigation(audit)]
-    body = "\n".join(sections)
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>Leakage audit: {_e(audit.name)}</title><style>{STYLE}</style></head>\n"
-        f"<body>\n{body}\n</body></html>\n"
-    )
+    return page(f"Leakage audit: {audit.name}", sections)
 
 
 def _leakage_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -132,7 +112,7 @@ def _leakage_table(rows: Sequence[dict[str, Any]]) -> str:
         + "</tr>"
     )
     body = "".join(
-        f"<tr><td>{_e(r['statistic'])}</td><td>{r['true']:.6g}</td><td>{r['recovered']:.6g}</td>"
+        f"<tr><td>{escape(r['statistic'])}</td><td>{r['true']:.6g}</td><td>{r['recovered']:.6g}</td>"
         f"<td>{r['error']:.3g}</td><td class='{r['verdict']}'>{r['verdict']}</td></tr>"
         for r in rows
     )
@@ -168,27 +148,7 @@ def _mitigation(audit: Audit) -> str:
         "here are the data's own range, as if public: choose them without the data for a real release.</p>"
     )
     header = ("release", "noise scale", "N", "XᵀX", "Xᵀy", "yᵀy", "posterior mean shift (sd)")
-    return note + _table(header, rows)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if any(header) else ""
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table>{head}{body}</table>"
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value))
-
-
-def _image(figure: Any, alt: str) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-    encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f"<img alt='{_e(alt)}' src='data:image/png;base64,{encoded}'>"
+    return note + table(header, rows)
 
 
 def _draws_figure(audit: Audit) -> Any:
