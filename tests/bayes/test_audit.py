@@ -7,8 +7,6 @@ HTML it writes is opened in headless Chromium, which must decode every embedded 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -56,28 +54,10 @@ def test_leakage_rows_error_is_scale_free_and_verdicts_follow_thresholds():
     assert rows[1]["error"] == pytest.approx(1.3 / 4) and rows[1]["verdict"] == "partly"
 
 
-def test_report_plots_render_in_headless_chromium(audit, tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+def test_report_plots_render_in_headless_chromium(audit, tmp_path, chromium_images):
     page = write_report(audit, tmp_path / "audit.html")
     assert page.stat().st_size < 5_000_000
-    # A copy that writes every image's decoded size into the DOM once the page has loaded.
-    probe = tmp_path / "probe.html"
-    script = (
-        "<script>window.addEventListener('load', () => { const out = document.createElement('pre');"
-        " out.id = 'sizes'; out.textContent = JSON.stringify([...document.images].map("
-        "i => [i.complete, i.naturalWidth, i.naturalHeight])); document.body.appendChild(out); });</script>"
-    )
-    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
-    result = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom",
-         probe.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    dom = result.stdout
-    assert '<pre id="sizes">' in dom, result.stderr[-2000:]
-    sizes = json.loads(dom.split('<pre id="sizes">')[1].split("</pre>")[0])
+    sizes, dom = chromium_images(page)
     assert len(sizes) == 2  # the draws curve and the convergence panels
     assert all(complete and width > 100 and height > 100 for complete, width, height in sizes)
     assert "Σ mom_iq·kid_score" in dom
