@@ -164,7 +164,7 @@ def register_match(subparsers: Subparsers) -> None:
         "--downsample", type=int, default=1, help="match by NCC on images downsampled by this factor"
     )
     p.add_argument("--grid", help="PNG to write (default: <recon>/match.png)")
-    p.add_argument("--json", help="write the counts and per-image scores here")
+    p.add_argument("--json", help="the counts and per-image scores (default: <recon>/match.json)")
     p.set_defaults(run=_match)
 
 
@@ -187,14 +187,11 @@ def _match(args: argparse.Namespace) -> int:
     labels = measure.points.get("label")
     result = match(measure.points["image"], model.train_images, args.downsample, labels, model.train_labels)
     _say(success_table(result))
-    grid = Path(args.grid) if args.grid else (recon if recon.is_dir() else recon.parent) / "match.png"
+    folder = recon if recon.is_dir() else recon.parent
+    grid = Path(args.grid) if args.grid else folder / "match.png"
     _say(f"grid: {save_match_grid(result, measure.points['image'], model.train_images, grid)}")
-    if args.json:
-        summary = {
-            "successes": {str(k): v for k, v in result.successes().items()},
-            "ssim": result.ssim.tolist(),
-        }
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+    summary = Path(args.json) if args.json else folder / "match.json"
+    summary.write_text(json.dumps({"model": str(args.train_data), **result.to_json()}, indent=2))
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -91,6 +92,14 @@ class MatchResult:
         """How many different reconstructions those successes use: one blurry prototype matched to
         several training images counts once here (the papers' count above credits it every time)."""
         return {t: len(np.unique(self.recon_index[self.ssim >= t])) for t in thresholds}
+
+    def to_json(self, thresholds: Sequence[float] = THRESHOLDS) -> dict[str, Any]:
+        """The counts by threshold (as strings, JSON's keys) and every training image's SSIM."""
+        return {
+            "successes": {str(t): n for t, n in self.successes(thresholds).items()},
+            "distinct": {str(t): n for t, n in self.distinct(thresholds).items()},
+            "ssim": self.ssim.tolist(),
+        }
 
     def ranked(self) -> np.ndarray:
         """Positions into this result, best SSIM first."""
