@@ -513,6 +513,37 @@ def _invert(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS += [register_gan, register_invert]
 
+
+def register_audit(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "audit", help="one self-contained HTML report (and JSON) of the attacks' saved outputs"
+    )
+    out = "--out folders of nn-recon"
+    p.add_argument("--stationarity", nargs="+", default=[], metavar="DIR",
+                   help=f"{out} stationarity, each matched by nn-recon match")  # fmt: skip
+    p.add_argument("--informed", nargs="+", default=[], metavar="DIR", help=f"{out} reconn")
+    p.add_argument("--inversion", nargs="+", default=[], metavar="DIR", help=f"{out} invert")
+    p.add_argument("--report", required=True, metavar="OUT.html", help="the HTML report to write")
+    p.add_argument("--json", metavar="OUT.json", help="the same numbers as JSON")
+    p.set_defaults(run=_audit)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from bayes_recon.htmlpage import write
+    from nn_recon.audit import LOADERS, collect, render, to_json
+
+    entries = collect({attack: getattr(args, attack) for attack in LOADERS})
+    for entry in entries:
+        _say(f"{entry.attack}: {entry.source}")
+    _say(f"wrote {write(render(entries), args.report)}")
+    if args.json:
+        _say(f"wrote {write(json.dumps(to_json(entries), indent=2), args.json)}")
+    return 0
+
+
+SUBCOMMANDS.append(register_audit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nn-recon", description=__doc__.splitlines()[0])
     threads_help = "torch CPU threads (default 1: on a shared 2-core machine 2 threads were slower)"

@@ -1,0 +1,180 @@
+"""``nn-recon audit``: one self-contained HTML page, and JSON, of what the network attacks saved.
+
+Nothing is rerun; each attack is read from the folder its command wrote:
+
+- ``stationarity --out DIR``, then ``match --recon DIR``: ``reconstruction.json`` (the attack's
+  settings), ``match.json`` (training images reconstructed per SSIM threshold) and ``match.png``;
+- ``reconn --out DIR``: each ``<representation>_<shadows>/`` run in it, ``reconstructions.json``
+  (settings and metrics) and ``grid.png``;
+- ``invert --out DIR``: ``summary.json`` (settings, the metrics' mean and sd over seeds) and ``grid.png``.
+
+The page is put together with :mod:`bayes_recon.htmlpage`: tables, and the grids as data URIs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bayes_recon.htmlpage import escape, page, png_image, table
+from nn_recon.errors import ReconInputError
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One attack's saved output: what was attacked, its metric table and its image grid."""
+
+    attack: str
+    source: Path
+    settings: dict[str, Any]
+    header: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    grid: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attack": self.attack,
+            "source": str(self.source),
+            "settings": self.settings,
+            "table": {"header": list(self.header), "rows": [list(row) for row in self.rows]},
+            "grid": str(self.grid),
+        }
+
+
+def _require(folder: Path, names: Sequence[str], hint: str) -> None:
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise ReconInputError(f"{folder} has no {', '.join(missing)}; {hint}")
+
+
+def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as one level: ``{"farm": {"lr": 0.1}}`` becomes ``{"farm.lr": 0.1}``."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _stationarity(folder: Path) -> list[Entry]:
+    _require(
+        folder,
+        ("reconstruction.json", "match.json", "match.png"),
+        "pass the --out folder of nn-recon stationarity after running nn-recon match --recon on it",
+    )
+    meta = json.loads((folder / "reconstruction.json").read_text())["meta"]
+    matched = json.loads((folder / "match.json").read_text())
+    settings = {
+        "model": matched["model"],
+        **_flat(meta["config"]),
+        "runs finished": len(meta["runs"]),
+        "reconstructions kept": len(meta["run_of_point"]),
+    }
+    n = len(matched["ssim"])
+    rows = [(float(t), count, n, matched["distinct"][t]) for t, count in matched["successes"].items()]
+    header = ("SSIM ≥", "training images reconstructed", "of", "distinct reconstructions")
+    return [Entry("stationarity", folder, settings, header, rows, folder / "match.png")]
+
+
+def _informed(folder: Path) -> list[Entry]:
+    runs = sorted(folder.glob("*/reconstructions.json"))
+    if not runs:
+        raise ReconInputError(
+            f"{folder} has no <representation>_<shadows>/reconstructions.json; "
+            "pass the --out folder of nn-recon reconn"
+        )
+    entries = []
+    for run in runs:
+        _require(run.parent, ("grid.png",), "rerun nn-recon reconn to draw it")
+        meta = json.loads(run.read_text())["meta"]
+        rows = list(meta["summary"].items())
+        config = _flat(meta["config"])
+        entries.append(
+            Entry("informed", run.parent, config, ("metric", "value"), rows, run.parent / "grid.png")
+        )
+    return entries
+
+
+def _inversion(folder: Path) -> list[Entry]:
+    _require(folder, ("summary.json", "grid.png"), "pass the --out folder of nn-recon invert")
+    saved = json.loads((folder / "summary.json").read_text())
+    settings = {**saved["config"], "seeds": len(saved["metrics"]), "seconds": saved["seconds"]}
+    summary = saved["summary"]
+    rows = [(name, summary[name], summary[f"{name}_sd"]) for name in saved["metrics"][0]]
+    return [
+        Entry("inversion", folder, settings, ("metric", "mean over seeds", "sd"), rows, folder / "grid.png")
+    ]
+
+
+LOADERS: dict[str, Callable[[Path], list[Entry]]] = {
+    "stationarity": _stationarity,
+    "informed": _informed,
+    "inversion": _inversion,
+}
+
+TITLES = {
+    "stationarity": "Stationarity attack: training images from the trained weights",
+    "informed": "Informed adversary: RecoNN on the released models",
+    "inversion": "GAN-based model inversion of every class",
+}
+
+NOTES = {
+    "stationarity": "Training images whose best-matching reconstruction reaches each SSIM, and how many "
+    "different reconstructions those matches use. Grid: the best reconstructions (SSIM above) over their "
+    "training images.",
+    "informed": "Scores over the released models' targets; success rate: the share reconstructed closer "
+    "(MSE) than their nearest neighbour in the adversary's data. Grid: target, reconstruction, nearest "
+    "neighbour.",
+    "inversion": "Top-1/top-5: the evaluation classifier's accuracy on the inverted images; knn: their "
+    "feature distance to the nearest private image of their class. Grid: the first seed, one row a class.",
+}
+
+
+def collect(folders: Mapping[str, Sequence[str | Path]]) -> list[Entry]:
+    """The entries of every folder, by attack (a key of :data:`LOADERS`)."""
+    if not any(folders.values()):
+        raise ReconInputError(
+            "nothing to report: give at least one of --stationarity, --informed, --inversion"
+        )
+    entries = []
+    for attack, paths in folders.items():
+        for folder in map(Path, paths):
+            if not folder.is_dir():
+                raise ReconInputError(f"--{attack} {folder}: no such folder")
+            try:
+                entries += LOADERS[attack](folder)
+            except (KeyError, IndexError, TypeError, json.JSONDecodeError) as error:
+                raise ReconInputError(
+                    f"--{attack} {folder}: unreadable output ({type(error).__name__}: {error}); "
+                    "rerun the command that wrote it"
+                ) from error
+    return entries
+
+
+def to_json(entries: Sequence[Entry]) -> dict[str, Any]:
+    return {"attacks": [entry.to_json() for entry in entries]}
+
+
+def _cell(value: Any) -> Any:
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def render(entries: Sequence[Entry]) -> str:
+    sections = ["<h1>Leakage audit: network attacks</h1>"]
+    for entry in entries:
+        sections += [
+            f"<h2>{escape(TITLES[entry.attack])}</h2>",
+            f"<p class='note'>From {escape(entry.source)}</p>",
+            "<h3>What was attacked</h3>",
+            table(("", ""), [(name, _cell(value)) for name, value in entry.settings.items()]),
+            "<h3>What the attack recovered</h3>",
+            f"<p class='note'>{escape(NOTES[entry.attack])}</p>",
+            table(entry.header, [tuple(map(_cell, row)) for row in entry.rows]),
+            png_image(entry.grid.read_bytes(), f"{entry.attack} image grid"),
+        ]
+    return page("Leakage audit: network attacks", sections)

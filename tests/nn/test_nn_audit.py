@@ -1,0 +1,122 @@
+"""``nn-recon audit`` on real outputs: a tiny stationarity attack matched by ``match``, and a RecoNN
+and an inversion run written by the functions their commands save with; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+import torch
+
+from bayes_recon.measure import WeightedMeasure
+from nn_recon.attacks.inversion import AttackReport, InversionConfig
+from nn_recon.attacks.reconn_attack import InformedAttackConfig, InformedAttackResult
+from nn_recon.cli import main
+from nn_recon.metrics import InformedScores
+
+RNG = np.random.default_rng(0)
+
+
+def _stationarity(folder):
+    model = folder / "model.pt"
+    train = "train --dataset digits --per-class 4 --arch mlp:16 --max-steps 30 --first-layer-scale 0.1"
+    assert main(["--quiet", *train.split(), "--out", str(model)]) == 0
+    recon = folder / "stationarity"
+    attack = "stationarity --points 8 --runs 1 --steps 5"
+    assert main(["--quiet", *attack.split(), "--model", str(model), "--out", str(recon)]) == 0
+    assert main(["--quiet", "match", "--recon", str(recon), "--train-data", str(model)]) == 0
+    return recon
+
+
+def _informed(folder):
+    images = torch.rand(3, 5, 1, 8, 8)
+    scores = InformedScores(RNG.random(5), RNG.random(5), np.arange(5), RNG.random(5), RNG.random(5))
+    summary = {**scores.summary(), "released_test_accuracy": 0.875}
+    measure = WeightedMeasure.empirical(
+        {"image": images[1].numpy()}, attack="informed-reconn", config=asdict(InformedAttackConfig()),
+        summary=summary,
+    )  # fmt: skip
+    InformedAttackResult(measure, scores, 0.875, {}, *images).save(folder / "weights_1000")
+    return folder, summary
+
+
+def _inversion(folder):
+    first = {
+        c: WeightedMeasure.empirical({"image": RNG.random((3, 1, 8, 8))}, name=f"c{c}") for c in range(2)
+    }
+    metrics = [{"top1": 0.5, "top5": 1.0, "knn": 2.0}, {"top1": 1.0, "top5": 1.0, "knn": 3.0}]
+    AttackReport(InversionConfig(), metrics, [first, first], 4.0).save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("audit")
+    informed, summary = _informed(folder / "informed")
+    inputs = {
+        "stationarity": _stationarity(folder),
+        "informed": informed,
+        "inversion": _inversion(folder / "inv"),
+    }
+    html, data = folder / "audit.html", folder / "audit.json"
+    arguments = [a for attack, path in inputs.items() for a in (f"--{attack}", str(path))]
+    assert main(["--quiet", "audit", *arguments, "--report", str(html), "--json", str(data)]) == 0
+    return html, json.loads(data.read_text()), inputs, summary
+
+
+def test_json_holds_each_attacks_settings_and_scores(report):
+    _, data, inputs, summary = report
+    stationarity, informed, inversion = data["attacks"]
+    assert [a["attack"] for a in data["attacks"]] == ["stationarity", "informed", "inversion"]
+    matched = json.loads((inputs["stationarity"] / "match.json").read_text())
+    ssim = np.array(matched["ssim"])
+    assert stationarity["settings"]["steps"] == 5 and stationarity["settings"]["model"].endswith("model.pt")
+    assert [row[:3] for row in stationarity["table"]["rows"]] == [
+        [t, int(np.sum(ssim >= t)), len(ssim)] for t in (0.4, 0.5, 0.6)
+    ]
+    assert dict(informed["table"]["rows"]) == summary and informed["settings"]["farm.epochs"] == 100
+    assert inversion["table"]["rows"] == [["top1", 0.75, pytest.approx(0.5**1.5)], ["top5", 1.0, 0.0],
+                                          ["knn", 2.5, pytest.approx(0.5**0.5)]]  # fmt: skip
+    assert inversion["settings"]["seeds"] == 2 and inversion["settings"]["steps"] == 1500
+
+
+def test_html_shows_the_same_numbers_and_embeds_every_grid(report):
+    html, data, _, _ = report
+    text = html.read_text()
+    assert text.count("data:image/png;base64,") == 3 and "<script" not in text and "src='http" not in text
+    for attack in data["attacks"]:
+        for row in attack["table"]["rows"]:
+            cells = "".join(f"<td>{f'{v:.4g}' if isinstance(v, float) else v}</td>" for v in row)
+            assert f"<tr>{cells}</tr>" in text
+
+
+def test_grids_render_in_headless_chromium(report, chromium_images):
+    sizes, dom = chromium_images(report[0])
+    assert len(sizes) == 3
+    assert all(complete and width > 100 and height > 100 for complete, width, height in sizes)
+    assert "training images reconstructed" in dom and "success_rate" in dom
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "nothing to report"),
+        (["--informed", "MISSING"], "MISSING: no such folder"),
+        (["--stationarity", "EMPTY"], "has no reconstruction.json, match.json, match.png"),
+        (["--informed", "EMPTY"], "pass the --out folder of nn-recon reconn"),
+        (["--inversion", "EMPTY"], "has no summary.json, grid.png"),
+        (["--inversion", "BROKEN"], "unreadable output (KeyError"),
+    ],
+)
+def test_bad_input_exits_2(tmp_path, capsys, argv, message):
+    (tmp_path / "EMPTY").mkdir()
+    (tmp_path / "BROKEN").mkdir()
+    (tmp_path / "BROKEN" / "summary.json").write_text("{}")
+    (tmp_path / "BROKEN" / "grid.png").write_bytes(b"")
+    paths = [str(tmp_path / a) if a.isupper() else a for a in argv]
+    assert main(["audit", *paths, "--report", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nn-recon: error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "r.html").exists()
