@@ -215,4 +215,3 @@ def sample_images(gan: Gan, n: int, seed: int = 0) -> np.ndarray:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         return gan.generator(torch.randn(n, gan.config.latent_dim, generator=generator)).numpy()
-
