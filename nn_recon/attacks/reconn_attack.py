@@ -125,6 +125,8 @@ def train_farms(config: InformedAttackConfig, out: str | Path) -> tuple[Farm, Fa
 
 def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> InformedAttackResult:
     """Train (or reuse) the farms under ``out``, fit the RecoNN, reconstruct and score the targets."""
+    if config.shadows < 2:  # refused before the farms are trained, not after
+        raise ReconInputError(f"the RecoNN learns from the shadow models: needs >= 2, not {config.shadows}")
     out = Path(out)
     (train_x, train_y), (x_minus, _), (shadow_x, _), (test_x, test_y) = _split(config)
     target_x, target_y = test_x[: config.targets], test_y[: config.targets]

@@ -68,3 +68,6 @@ def test_shadows_then_reconn_on_digits(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "success_rate" in out and (tmp_path / "weights_60" / "grid.png").exists()
     assert main(["reconn", *common[:-2], "--widths", "784,10,10", "--out", str(tmp_path)]) == 2
+    capsys.readouterr()
+    assert main(["reconn", *common[:-2], "--shadows", "1", "--out", str(tmp_path / "one")]) == 2
+    assert "needs >= 2, not 1" in capsys.readouterr().err and not (tmp_path / "one").exists()
