@@ -163,7 +163,7 @@ def format_row(row: dict) -> str:
     return (
         f"{row['posterior']:<32}{row['M']:>5}{row['seed']:>5}{row['mass']:>9.1f}{row['N']:>6}  "
         f"{four(row['vs_oracle']):<29}{four(row['vs_truth']):<25}{four(row['raw_oracle_vs_truth']):<25}"
-        f"{100 * max(row['oracle_spread'].values()):>9.2f}{row['wall_s']:>8.1f}"
+        f"{100 * max(row['oracle_spread'].values(), default=float('nan')):>9.2f}{row['wall_s']:>8.1f}"
         f"{1000 * row['s_per_step']:>8.1f}  {bars}"
     )
 
