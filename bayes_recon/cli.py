@@ -91,11 +91,8 @@ def _config(args: argparse.Namespace):
     return dataclasses.replace(ReconConfig(), **chosen)
 
 
-def register_reconstruct(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "reconstruct",
-        help="reconstruct a posterior's data from its reference draws and compare with the truth",
-    )
+def _attack_arguments(p: argparse.ArgumentParser) -> None:
+    """The posterior, its database, the number of pseudo-points and the seed: each attack command takes."""
     p.add_argument(
         "--posterior", default=DEFAULT_POSTERIOR, help=f"posteriordb name (default {DEFAULT_POSTERIOR})"
     )
@@ -104,6 +101,14 @@ def register_reconstruct(subparsers: Subparsers) -> None:
         "--points", type=int, default=50, metavar="M", help="weighted pseudo-data points (default 50)"
     )
     p.add_argument("--seed", type=int, default=0)
+
+
+def register_reconstruct(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "reconstruct",
+        help="reconstruct a posterior's data from its reference draws and compare with the truth",
+    )
+    _attack_arguments(p)
     _config_arguments(p)
     p.add_argument("--json", metavar="OUT.json", help="write the table, settings and timing here")
     p.add_argument("--save", metavar="PREFIX", help="save the measure as PREFIX.npz and PREFIX.json")
@@ -332,14 +337,7 @@ def register_audit(subparsers: Subparsers) -> None:
         "audit",
         help="what a posterior can reveal, what the attack recovers (and with fewer draws), as HTML and JSON",
     )
-    p.add_argument(
-        "--posterior", default=DEFAULT_POSTERIOR, help=f"posteriordb name (default {DEFAULT_POSTERIOR})"
-    )
-    _posteriordb_argument(p)
-    p.add_argument(
-        "--points", type=int, default=50, metavar="M", help="weighted pseudo-data points (default 50)"
-    )
-    p.add_argument("--seed", type=int, default=0)
+    _attack_arguments(p)
     p.add_argument(
         "--draws",
         type=_numbers(int),
