@@ -110,7 +110,7 @@ class Layout:
             raise ReconError(
                 f"{self.binary_dim} binary data coordinates make {len(self.strata)} combinations of values; "
                 f"the pseudo-data has M points per combination, so at most {MAX_STRATA} are supported. "
-                "Declare the indicators of one categorical variable with support=pseudo.Dummy(variable), "
+                "Declare the indicators of one categorical variable support=bayes_recon.Dummy(variable), "
                 "or others with support=constraints.unit_interval (a continuous relaxation)."
             )
 
