@@ -10,7 +10,8 @@ Newton is for small parameter vectors (a few dozen): it is invariant to affine c
 parameters, so it needs no knowledge of their scale, which is exactly what the attack lacks
 before it starts. It is saddle-free (the Hessian's eigenvalues are taken in absolute value) and
 picks its step length from a fixed set tried at once; a step that does not lower the objective
-is refused.
+is refused, and the next step tries a set of lengths 2⁻⁹ times smaller (strong nonlinearity along
+the Newton direction, e.g. in a log-mass, can make every length in the first set overshoot).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class OptimiserConfig:
 
 class RunState(NamedTuple):
     params: Any
-    opt_state: Any  # the Optax state (Newton keeps none)
+    opt_state: Any  # the Optax state; Newton's: the scale of its step lengths
     value: Array  # objective at ``params`` (for Adam: at the previous minibatch)
     grad: Any
     key: Array
@@ -103,7 +104,8 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
     The direction −|H|⁻¹g (eigenvalues in absolute value, floored far below the largest) is
     scale-free; a Levenberg–Marquardt damping relative to the largest curvature would freeze every
     direction whose curvature is many orders smaller, which is the common case here. The step
-    sizes are evaluated together (one ``vmap``); the best one is taken if it lowers the objective.
+    sizes are evaluated together (one ``vmap``); the best one is taken if it lowers the objective,
+    otherwise the next step tries them all 2⁻⁹ times smaller (back to full size after a success).
     ``hessian_objective``: a cheaper objective with about the same Hessian (the same average over
     a subset of the draws) to take H from — subsampled Newton: the gradient and the step test use
     ``objective``, so it still converges to ``objective``'s minimum, in a few more steps.
@@ -112,7 +114,7 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
 
     def init(params: Any, key: Array) -> RunState:
         value, grad = jax.value_and_grad(objective)(params, key)
-        return RunState(params, (), value, grad, key)
+        return RunState(params, jnp.asarray(1.0, value.dtype), value, grad, key)
 
     def step(state: RunState) -> RunState:
         flat, unravel = ravel_pytree(state.params)
@@ -131,14 +133,16 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
             jnp.abs(eigenvalues), 1e-13 * jnp.max(jnp.abs(eigenvalues)) + 1e-30
         )  # ~ AD noise
         direction = -vectors @ ((vectors.T @ grad) / curvature)
-        sizes = jnp.asarray(STEP_SIZES)
+        sizes = state.opt_state * jnp.asarray(STEP_SIZES)
         values = jax.vmap(lambda t: flat_objective(flat + t * direction))(sizes)
         values = jnp.where(jnp.isfinite(values), values, jnp.inf)
         trial = flat + sizes[jnp.argmin(values)] * direction
         value, trial_grad = jax.value_and_grad(flat_objective)(trial)
         better = jnp.isfinite(value) & (value < state.value) & _finite(trial_grad)
-        accepted = RunState(unravel(trial), (), value, unravel(trial_grad), state.key)
-        return _keep_if(better, accepted, state)
+        accepted = RunState(
+            unravel(trial), jnp.ones_like(state.opt_state), value, unravel(trial_grad), state.key
+        )
+        return _keep_if(better, accepted, state._replace(opt_state=state.opt_state * STEP_SIZES[-1] / 2))
 
     return Optimiser(init, step)
 

@@ -47,13 +47,13 @@ class ReconConfig:
     the draws' mean and covariance; affine-invariant) or "unconstrained" (NumPyro's raw
     unconstrained space).
 
-    Two stages: ``coarse_steps`` of saddle-free Newton move the pseudo-data *cloud* alone
-    (location and scale at fixed mass, then ``coarse_steps`` more with the total mass; see
-    :mod:`bayes_recon.pseudo`) on a random subset of ``coarse_draws`` draws, which needs no
-    knowledge of the data's scale (Newton is affine-invariant); then up
-    to ``steps`` of ``method`` (L-BFGS, or Adam) move every point and weight on every draw.
-    ``batch_size``: minibatches of draws in that second stage (forces Adam); ``max_draws``
-    keeps the first draws only. Both stages stop early once the objective stops changing.
+    Four stages (:meth:`stage_steps`): ``coarse_steps`` of saddle-free Newton move the pseudo-data
+    *cloud* alone (see :mod:`bayes_recon.pseudo`) on a random subset of ``coarse_draws`` draws —
+    its location and scale at fixed mass, then with the total mass — which needs no knowledge of
+    the data's scale (Newton is affine-invariant); ``coarse_steps`` more polish the cloud on every
+    draw; then up to ``steps`` of ``method`` (L-BFGS, or Adam) move every point and weight.
+    ``batch_size``: minibatches of draws in that last stage (forces Adam; no polish); ``max_draws``
+    keeps the first draws only. Every stage stops early once the objective stops changing.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -467,14 +467,14 @@ def _stages(
     stage_steps: tuple[int, int, int, int],
     on_step: Callable[[int], Callable] | None,
 ) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
-    start = begin.params
     """Responses from the model's predictive and a grid search of the covariates' scales and the
-    mass, Newton on the cloud (all on a subset of draws), then every point and weight (all draws).
+    mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
 
     Returns the final parameters, the objective after every step, the recorded total mass,
     weighted means and variances per step, the objective on all draws at the end, and the
     steps each stage took before it converged.
     """
+    start = begin.params
     newton = OptimiserConfig("newton")
     minibatched = objectives.minibatch is not None
     fine = OptimiserConfig("adam" if minibatched else config.method, config.learning_rate)
