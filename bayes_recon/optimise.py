@@ -9,8 +9,8 @@ from it. L-BFGS and Newton need a deterministic objective; Adam takes either.
 Newton is for small parameter vectors (a few dozen): it is invariant to affine changes of the
 parameters, so it needs no knowledge of their scale, which is exactly what the attack lacks
 before it starts. It is saddle-free (the Hessian's eigenvalues are taken in absolute value) and
-picks its step length from a fixed set tried at once; a step that does not lower the objective
-is refused, and the next step tries a set of lengths 2⁻⁹ times smaller (strong nonlinearity along
+backtracks from the full step; a step that no length of the set lets lower the objective is
+refused, and the next step backtracks from a length 2⁻⁹ times smaller (strong nonlinearity along
 the Newton direction, e.g. in a log-mass, can make every length in the first set overshoot).
 """
 
@@ -94,27 +94,35 @@ def optax_optimiser(objective: Objective, config: OptimiserConfig, steps: int) -
     return Optimiser(init, step)
 
 
-STEP_SIZES = tuple(2.0**k for k in range(1, -9, -1))  # 2, 1, ½, … 1/256, tried at once
+STEP_SIZES = tuple(2.0**-k for k in range(9))  # 1, ½, … 1/256: backtracking's lengths, in order
 HESSIAN_BATCH = 8  # Hessian columns formed at once: bounds memory when the objective is large
+# Central differences of the gradient, relative to each coordinate's size: truncation and rounding
+# errors both near 1e-10 in float64. Exact Hessian columns (jvp of the gradient) would differentiate
+# the score-matching objective, itself second order in θ, twice more: same run time, compilation
+# several times longer.
+DIFFERENCE_STEP = 1e-5
 
 
 def newton_optimiser(objective: Objective, hessian_objective: Objective | None = None) -> Optimiser:
-    """Saddle-free Newton on a small pytree, with the step length chosen from ``STEP_SIZES`` at once.
+    """Saddle-free Newton on a small pytree, with a backtracking step length from ``STEP_SIZES``.
 
     The direction −|H|⁻¹g (eigenvalues in absolute value, floored far below the largest) is
     scale-free; a Levenberg–Marquardt damping relative to the largest curvature would freeze every
-    direction whose curvature is many orders smaller, which is the common case here. The step
-    sizes are evaluated together (one ``vmap``); the best one is taken if it lowers the objective,
-    otherwise the next step tries them all 2⁻⁹ times smaller (back to full size after a success).
+    direction whose curvature is many orders smaller, which is the common case here. The lengths
+    are tried in order, the first that lowers the objective is taken (near the optimum the full
+    step, so one evaluation); when none does, the step is refused and the next one tries them all
+    2⁻⁹ times smaller (back to full size after a success).
     ``hessian_objective``: a cheaper objective with about the same Hessian (the same average over
     a subset of the draws) to take H from — subsampled Newton: the gradient and the step test use
     ``objective``, so it still converges to ``objective``'s minimum, in a few more steps.
     """
     hessian_objective = hessian_objective or objective
+    shrink = STEP_SIZES[1]
 
+    # Each derivative of the objective is written once (one compiled instance): the state keeps no
+    # gradient, the backtracking tests values only, the ± differences are one vmap.
     def init(params: Any, key: Array) -> RunState:
-        value, grad = jax.value_and_grad(objective)(params, key)
-        return RunState(params, jnp.asarray(1.0, value.dtype), value, grad, key)
+        return RunState(params, jnp.asarray(1.0), objective(params, key), (), key)
 
     def step(state: RunState) -> RunState:
         flat, unravel = ravel_pytree(state.params)
@@ -122,27 +130,38 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
         def flat_objective(x: Array) -> Array:
             return objective(unravel(x), state.key)
 
-        def hessian_column(v: Array) -> Array:
+        def hessian_column(column: tuple[Array, Array]) -> Array:
+            direction, step = column
             gradient = jax.grad(lambda x: hessian_objective(unravel(x), state.key))
-            return jax.jvp(gradient, (flat,), (v,))[1]
+            plus, minus = jax.vmap(gradient)(jnp.stack([flat + step * direction, flat - step * direction]))
+            return (plus - minus) / (2 * step)
 
-        grad = ravel_pytree(state.grad)[0]
-        hessian = jax.lax.map(hessian_column, jnp.eye(flat.size), batch_size=HESSIAN_BATCH)
+        grad = jax.grad(flat_objective)(flat)
+        steps = DIFFERENCE_STEP * jnp.maximum(1.0, jnp.abs(flat))
+        hessian = jax.lax.map(hessian_column, (jnp.eye(flat.size), steps), batch_size=HESSIAN_BATCH)
         eigenvalues, vectors = jnp.linalg.eigh((hessian + hessian.T) / 2)
         curvature = jnp.maximum(
             jnp.abs(eigenvalues), 1e-13 * jnp.max(jnp.abs(eigenvalues)) + 1e-30
         )  # ~ AD noise
         direction = -vectors @ ((vectors.T @ grad) / curvature)
-        sizes = state.opt_state * jnp.asarray(STEP_SIZES)
-        values = jax.vmap(lambda t: flat_objective(flat + t * direction))(sizes)
-        values = jnp.where(jnp.isfinite(values), values, jnp.inf)
-        trial = flat + sizes[jnp.argmin(values)] * direction
-        value, trial_grad = jax.value_and_grad(flat_objective)(trial)
-        better = jnp.isfinite(value) & (value < state.value) & _finite(trial_grad)
-        accepted = RunState(
-            unravel(trial), jnp.ones_like(state.opt_state), value, unravel(trial_grad), state.key
-        )
-        return _keep_if(better, accepted, state._replace(opt_state=state.opt_state * STEP_SIZES[-1] / 2))
+        shortest = state.opt_state * STEP_SIZES[-1]
+
+        def lower(value: Array) -> Array:
+            return jnp.isfinite(value) & (value < state.value)
+
+        def keep_trying(search: tuple[Array, Array]) -> Array:
+            length, value = search
+            return ~lower(value) & (length >= shortest)
+
+        def backtrack(search: tuple[Array, Array]) -> tuple[Array, Array]:
+            length, _ = search
+            return length * shrink, flat_objective(flat + length * direction)
+
+        length, value = jax.lax.while_loop(keep_trying, backtrack, (state.opt_state, jnp.asarray(jnp.inf)))
+        trial = flat + length / shrink * direction
+        accepted = RunState(unravel(trial), jnp.ones_like(state.opt_state), value, (), state.key)
+        refused = state._replace(opt_state=shortest * shrink)
+        return _keep_if(lower(value) & _finite(trial), accepted, refused)
 
     return Optimiser(init, step)
 
@@ -168,6 +187,8 @@ def minimise(
     tol: float = 1e-12,
     patience: int | None = None,
     hessian_objective: Objective | None = None,
+    limit: Array | None = None,
+    step_offset: Array | int = 0,
 ) -> tuple[RunState, Array, Any, Array]:
     """Up to ``steps`` updates: final state, objective and ``record(params)`` per step, and steps taken.
 
@@ -175,7 +196,8 @@ def minimise(
     ``tol`` (relative; never for Adam, whose objective may be a minibatch); the traces then repeat
     the final values, so they always have ``steps`` rows.
     Under ``vmap`` (restarts) it runs until every restart has stopped. Pure and traceable.
-    ``on_step(i)`` is called from inside the compiled loop (a host callback) after step ``i``.
+    ``on_step(step_offset + i)`` is called from inside the compiled loop (a host callback) after
+    step ``i``. ``limit``: a traced cap below ``steps`` (one compiled loop serving several stages).
     ``hessian_objective``: Newton's Hessian from this objective instead (see :func:`newton_optimiser`).
     """
     if steps == 0:
@@ -199,7 +221,7 @@ def minimise(
     def body(loop: Loop) -> Loop:
         new = optimiser.step(loop.state)
         if on_step is not None:
-            jax.debug.callback(on_step, loop.index)
+            jax.debug.callback(on_step, step_offset + loop.index)
         still = jnp.abs(new.value - loop.state.value) <= tol * jnp.maximum(1.0, jnp.abs(new.value))
         calm = jnp.where(still & (not stochastic), loop.calm + 1, 0)
         rest = jnp.arange(steps) >= loop.index
@@ -213,7 +235,7 @@ def minimise(
         return Loop(loop.index + 1, new, values, records, calm)
 
     def cond(loop: Loop) -> Array:
-        return (loop.index < steps) & (loop.calm < patience)
+        return (loop.index < (steps if limit is None else jnp.minimum(steps, limit))) & (loop.calm < patience)
 
     final = jax.lax.while_loop(cond, body, Loop(jnp.asarray(0), state, values, records, jnp.asarray(0)))
     return final.state, final.values, final.records, final.index

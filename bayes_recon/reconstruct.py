@@ -136,31 +136,35 @@ def latent_shapes(
 ) -> dict[str, tuple[int, ...]]:
     """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
 
-    def trace(n: int) -> dict[str, Any]:
+    def trace(n: int) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+        """Sample-site shapes and the observed sites, traced abstractly (nothing is compiled or run)."""
         data = layout.example(n)
-        try:
+        observed: set[str] = set()
+
+        def site_values() -> dict[str, Any]:
             tr = handlers.trace(
                 handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
             ).get_trace(**fixed, **data)
+            sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
+            observed.update(k for k, s in sites.items() if s["is_observed"])
+            return {k: s["value"] for k, s in sites.items()}
+
+        try:
+            shapes = jax.eval_shape(site_values)
         except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
-            shapes = {k: v.shape for k, v in data.items()}
+            data_shapes = {k: v.shape for k, v in data.items()}
             raise ReconError(
-                f"the model failed on pseudo-data shaped {shapes}: {err!r}. "
+                f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
                 "Check 'free' (data axis first, then the column's own shape) and 'fixed'."
             ) from err
-        return {k: s for k, s in tr.items() if s["type"] == "sample"}
+        return {k: tuple(v.shape) for k, v in shapes.items()}, observed
 
-    three, four = trace(3), trace(4)
-    observed = [k for k, s in three.items() if s["is_observed"]]
+    (three, observed), (four, _) = trace(3), trace(4)
     if not observed:
         raise ReconError(
             "the model has no observed site for the free data; pass the data as the obs= of a site"
         )
-    per_point = [
-        k
-        for k, s in three.items()
-        if not s["is_observed"] and jnp.shape(s["value"]) != jnp.shape(four[k]["value"])
-    ]
+    per_point = [k for k in three if k not in observed and three[k] != four[k]]
     if per_point:
         raise ReconError(
             f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
@@ -168,7 +172,7 @@ def latent_shapes(
             "a data measure, so this attack does not apply. Use a model whose latent variables are "
             "shared by all data points (or marginalise the per-point ones)."
         )
-    return {k: tuple(jnp.shape(s["value"])) for k, s in three.items() if not s["is_observed"]}
+    return {k: shape for k, shape in three.items() if k not in observed}
 
 
 Predictor = Callable[[Mapping[str, Array], Array], dict[str, Array]]
@@ -187,17 +191,21 @@ def response_predictor(
     covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
     """
     probe = layout.probe(jax.random.PRNGKey(0), 3)
-    trace = handlers.trace(
-        handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-    ).get_trace(**fixed, **probe)
+
+    @jax.jit  # one compilation instead of one per operation of the model
+    def observed_values(probe: Mapping[str, Array]) -> dict[str, Array]:
+        trace = handlers.trace(
+            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+        ).get_trace(**fixed, **probe)
+        return {name: site["value"] for name, site in trace.items() if site.get("is_observed")}
+
     sites = {
         column: name
-        for name, site in trace.items()
-        if site["type"] == "sample" and site["is_observed"]
+        for name, site_value in observed_values(probe).items()
         for column, value in probe.items()
         if not pseudo.is_binary(layout.support(column))
-        and jnp.shape(site["value"]) == jnp.shape(value)
-        and bool(jnp.allclose(site["value"], value))
+        and jnp.shape(site_value) == jnp.shape(value)
+        and np.allclose(site_value, value)
     }
 
     def predict(data: Mapping[str, Array], noise: Array) -> dict[str, Array]:
@@ -216,7 +224,7 @@ def response_predictor(
     if not sites:
         return set(), None
     try:
-        predict(probe, jnp.zeros((3, len(layout.coordinates_of(set(sites))))))
+        jax.eval_shape(predict, probe, jnp.zeros((3, len(layout.coordinates_of(set(sites))))))
     except Exception:  # the model cannot sample its responses (no default argument, no quantile function)
         return set(), None
     return set(sites), predict
@@ -307,25 +315,27 @@ def reconstruct(
     @jax.jit
     def run(bases: Array, keys: Array, draws: Array, coarse_draws: Array) -> tuple:
         fns = objectives(draws, coarse_draws)
-        return jax.vmap(
-            lambda base, key: _stages(fns, layout, begin, base, key, config, stage_steps, on_step)
-        )(bases, keys)
+
+        def attack(base: Array, key: Array) -> tuple:
+            params, *rest = _stages(fns, layout, begin, base, key, config, stage_steps, on_step)
+            return (pseudo.measure(layout, params, base), *rest)
+
+        return jax.vmap(attack)(bases, keys)
 
     compiling = time.perf_counter()
     compiled = run.lower(bases, keys, z, z[subset]).compile()
     compile_seconds = time.perf_counter() - compiling
     # Dispatch is asynchronous: wait for the result before reporting the last step.
-    params, values, records, final, steps_taken = jax.block_until_ready(compiled(bases, keys, z, z[subset]))
+    measures, values, records, final, steps_taken = jax.block_until_ready(compiled(bases, keys, z, z[subset]))
     if progress:
         progress(sum(stage_steps), sum(stage_steps))
     values, final = np.asarray(values), np.asarray(final)
     _check_finite(values, final, config)
     best = int(np.argmin(final))
-    best_params = jax.tree_util.tree_map(lambda a: a[best], params)
-    points, weights = pseudo.measure(layout, best_params, bases[best])
+    points, weights = measures
     measure = WeightedMeasure(
-        {k: np.asarray(v) for k, v in points.items()},
-        np.asarray(weights),
+        {k: np.asarray(v[best]) for k, v in points.items()},
+        np.asarray(weights[best]),
         {
             "attack": "bayes_recon.reconstruct",
             "estimator": estimator,
@@ -428,24 +438,28 @@ def _with_responses(
 
 def _progress_hook(
     progress: Callable[[int, int], None] | None, stage_steps: Sequence[int]
-) -> Callable[[int], Callable] | None:
-    """Per-stage step callbacks that report the overall step count once per step (restarts share it)."""
+) -> Callable[[Array], None] | None:
+    """A step callback that reports the overall step count (0-based index in) once per step."""
     if progress is None:
         return None
     done, total = [0], sum(stage_steps)
 
-    def stage(number: int) -> Callable[[Array], None]:
-        offset = sum(stage_steps[:number])
+    def report(index: Array) -> None:
+        step = int(index) + 1
+        if step > done[0]:
+            done[0] = step
+            progress(step, total)
 
-        def report(index: Array) -> None:
-            step = offset + int(index) + 1
-            if step > done[0]:
-                done[0] = step
-                progress(step, total)
+    return report
 
-        return report
 
-    return stage
+class CloudStage(NamedTuple):
+    """One of the three Newton stages on the cloud; a table of them drives one compiled loop."""
+
+    limit: Array  # its step cap (0: skipped)
+    offset: Array  # the overall index of its first step (progress)
+    frozen_mass: Array  # the mass stays where the grid put it
+    all_draws: Array  # value and gradient on every draw, responses free; else the subset, responses predicted
 
 
 class Start(NamedTuple):
@@ -465,7 +479,7 @@ def _stages(
     key: Array,
     config: ReconConfig,
     stage_steps: tuple[int, int, int, int],
-    on_step: Callable[[int], Callable] | None,
+    on_step: Callable[[Array], None] | None,
 ) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
     """Responses from the model's predictive and a grid search of the covariates' scales and the
     mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
@@ -491,9 +505,6 @@ def _stages(
     def cloud_record(cloud: pseudo.Cloud) -> tuple[Array, Array, Array]:
         return record(pseudo.Pseudo(cloud, start.points))
 
-    def hook(stage: int) -> Callable[[Array], None] | None:
-        return None if on_step is None else on_step(stage)
-
     keys = jax.random.split(key)
 
     def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
@@ -506,57 +517,74 @@ def _stages(
         begin.located,
     )
 
-    def coarse_objective(cloud: pseudo.Cloud, k: Array) -> Array:
-        return cloud_only(objectives.coarse)(responded(cloud), k)
+    # Three Newton stages on the cloud. With covariates of unknown location, their shape first, at
+    # the mass the grid chose: while they are off (a ridge-like posterior needs their location to a
+    # fraction of their spread), lowering the mass is the easy way down. Then with the mass. Then,
+    # responses free, on every draw: the subset's optimum is a few steps from the full one (the
+    # subset overfits when the cloud has dozens of parameters); the Hessian still comes from the
+    # subset (subsampled Newton). One compiled loop serves all three, switched by the stage table.
+    def fitted(stage: CloudStage, cloud: pseudo.Cloud) -> pseudo.Cloud:
+        cloud = cloud._replace(log_mass=jnp.where(stage.frozen_mass, scaled.log_mass, cloud.log_mass))
+        return _tree_where(stage.all_draws, cloud, responded(cloud))
 
-    # With covariates of unknown location, their shape first, at the mass the grid chose: while they
-    # are off (a ridge-like posterior needs their location to a fraction of their spread), lowering
-    # the mass is the easy way down. Bounded covariates start at their support's centre.
-    shaped, v0, r0, n0 = minimise(
-        lambda cloud, k: coarse_objective(cloud._replace(log_mass=scaled.log_mass), k),
-        scaled,
-        keys[0],
-        stage_steps[0],
-        newton,
-        lambda cloud: cloud_record(responded(cloud)),
-        hook(0),
+    def cloud_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
+        return jax.lax.cond(
+            stage.all_draws,
+            cloud_only(objectives.full),
+            cloud_only(objectives.coarse),
+            fitted(stage, cloud),
+            k,
+        )
+
+    def subset_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
+        return cloud_only(objectives.coarse)(fitted(stage, cloud), k)
+
+    def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
+        final, values, records, taken = minimise(
+            partial(cloud_objective, stage),
+            _tree_where(stage.all_draws, responded(cloud), cloud),
+            keys[0],
+            config.coarse_steps,
+            newton,
+            lambda c: cloud_record(fitted(stage, c)),
+            on_step,
+            hessian_objective=partial(subset_objective, stage),
+            limit=stage.limit,
+            step_offset=stage.offset,
+        )
+        return final.params, (values, records, taken)
+
+    table = CloudStage(
+        limit=jnp.asarray(stage_steps[:3]),
+        offset=jnp.asarray(np.cumsum((0, *stage_steps[:2]))),
+        frozen_mass=jnp.asarray([True, False, False]),
+        all_draws=jnp.asarray([False, False, True]),
     )
-    coarse, v1, r1, n1 = minimise(
-        coarse_objective,
-        shaped.params,
-        keys[0],
-        stage_steps[1],
-        newton,
-        lambda cloud: cloud_record(responded(cloud)),
-        hook(1),
-    )
-    # The cloud again, responses now free, on every draw: the subset's optimum is a few Newton
-    # steps from the full one (the subset overfits when the cloud has dozens of parameters). The
-    # Hessian still comes from the subset (subsampled Newton); gradients and steps from every draw.
-    polished, v2, r2, n2 = minimise(
-        cloud_only(objectives.full),
-        responded(coarse.params),
-        keys[0],
-        stage_steps[2],
-        newton,
-        cloud_record,
-        hook(2),
-        hessian_objective=cloud_only(objectives.coarse),
-    )
+    if config.coarse_steps:
+        polished, (values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
+        cloud_values = [values[i, : stage_steps[i]] for i in range(3)]
+        cloud_records = [tuple(r[i, : stage_steps[i]] for r in records) for i in range(3)]
+    else:
+        polished, cloud_values, cloud_records, taken = responded(scaled), [], [], jnp.zeros(3, int)
     last = objectives.minibatch if minibatched else objectives.full
     final, v3, r3, n3 = minimise(
         lambda params, k: last(params, base, k),
-        pseudo.Pseudo(polished.params, start.points),
+        pseudo.Pseudo(polished, start.points),
         keys[1],
         stage_steps[3],
         fine,
         record,
-        hook(3),
+        on_step,
+        step_offset=sum(stage_steps[:3]),
     )
-    values = jnp.concatenate([v0, v1, v2, v3])
-    records = tuple(jnp.concatenate(parts) for parts in zip(r0, r1, r2, r3, strict=True))
+    values = jnp.concatenate([*cloud_values, v3])
+    records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
     final_value = objectives.full(final.params, base, key) if minibatched else final.value
-    return final.params, values, records, final_value, jnp.stack([n0, n1, n2, n3])
+    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]])
+
+
+def _tree_where(condition: Array, if_true: Any, if_false: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(condition, a, b), if_true, if_false)
 
 
 def _check_finite(values: np.ndarray, final: np.ndarray, config: ReconConfig) -> None:
