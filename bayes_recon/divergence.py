@@ -20,6 +20,9 @@ from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from bayes_recon.errors import ReconError
 
 Array = jax.Array
 Estimator = Literal["exact", "sliced", "sliced_vr"]
@@ -77,9 +80,18 @@ class Coordinates(NamedTuple):
 
     @classmethod
     def standardised(cls, draws: Array) -> Coordinates:
+        """From concrete draws (S, d); refuses draws whose covariance is singular."""
         mean = jnp.mean(draws, axis=0)
         cov = jnp.atleast_2d(jnp.cov(draws, rowvar=False))
-        return cls(mean, jnp.linalg.cholesky(cov))
+        scale = jnp.linalg.cholesky(cov)
+        if not np.all(np.isfinite(np.asarray(scale))):
+            raise ReconError(
+                f"the draws' covariance ({cov.shape[0]} unconstrained coordinates) is singular: some "
+                "parameter is constant or an exact linear function of others across the draws, so "
+                "they cannot be standardised. Drop the redundant parameter from the model, or run "
+                "with ReconConfig(coordinates='unconstrained')."
+            )
+        return cls(mean, scale)
 
     def to_attack(self, theta: Array) -> Array:
         """Model coordinates (rows of θ) to attack coordinates z."""

@@ -105,6 +105,15 @@ def check_draws(
                 f"site {site!r} has {len(rows)} draw(s) with NaN or inf (first at draw {rows[0]}); "
                 "drop those draws (or check the sampler's diagnostics) and try again"
             )
+        constant = np.ptp(values.reshape(len(values), -1), axis=0) == 0
+        if constant.any() and len(values) > 1:
+            where = "" if values.ndim == 1 else f" (flat coordinate(s) {np.flatnonzero(constant).tolist()})"
+            raise ReconError(
+                f"site {site!r} has the same value in every draw{where}. The attack reads the data "
+                "from how the posterior draws vary, so it needs draws from the posterior (MCMC), "
+                "not a point estimate repeated; for a single released θ see nn_recon's stationarity "
+                "attack (the Dirac-posterior case)."
+            )
         out[site] = values
     if next(iter(n_draws)) < 10:
         raise ReconError(f"only {next(iter(n_draws))} draws; the divergence needs many (hundreds or more)")

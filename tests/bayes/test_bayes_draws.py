@@ -154,3 +154,20 @@ def test_check_draws_unequal_counts():
 def test_check_draws_too_few():
     with pytest.raises(ReconError, match="only 5 draws"):
         check_draws(_good(5), EXPECTED)
+
+
+def test_check_draws_refuses_a_point_estimate_repeated():
+    draws = _good()
+    draws["beta"][:, 1] = 0.7  # one coordinate never moves: no spread to read the data from
+    with pytest.raises(
+        ReconError, match=r"'beta' has the same value in every draw \(flat coordinate\(s\) \[1\]\)"
+    ):
+        check_draws(draws, EXPECTED)
+
+
+def test_standardised_coordinates_refuse_collinear_draws():
+    from bayes_recon.divergence import Coordinates
+
+    a = RNG.normal(size=(100, 1))
+    with pytest.raises(ReconError, match=r"singular.*coordinates='unconstrained'"):
+        Coordinates.standardised(np.hstack([a, 2 * a + 1]))
