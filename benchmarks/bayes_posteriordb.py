@@ -3,11 +3,12 @@
 For a Gaussian linear regression the attack can at best recover T = (N, XᵀX, Xᵀy, yᵀy), and the
 divergence estimated from the draws is a quadratic in T whose exact minimiser is the oracle
 (``bayes_recon.oracle``). For each posterior, number of pseudo-points M (per combination of the
-binary columns' values, so kidiq's mom_hs models have 2M points and nes2000 4M) and seed this prints one
-row: the sum of weights against N; for each statistic its error against the oracle (in the
-attack's coordinates) and against the truth (scale-free, see ``linear_model_errors``); the
-(β, log σ)-coordinates oracle's error against the truth; the bootstrap spread of the oracle over
-the draws; wall seconds (JIT included) and the time per optimisation step. Bars (issue 2):
+binary columns' values, so kidiq's mom_hs models have 2M points and nes2000 4M; M = N means N points
+in all, N/2 or N/4 per combination) and seed this prints one row: the sum of weights against N;
+for each statistic its error against the oracle (in the attack's coordinates) and against the
+truth (scale-free, see ``linear_model_errors``); the (β, log σ)-coordinates oracle's error against
+the truth; the bootstrap spread of the oracle over the draws; wall seconds (JIT included) and the
+time per optimisation step. Bars (issue 2):
 
 * every statistic within 1 % of the oracle;
 * no further from the truth than the (β, log σ) oracle is, plus 1 %;
@@ -36,6 +37,7 @@ from bayes_recon.divergence import Coordinates
 from bayes_recon.models import REGISTRY, Entry
 from bayes_recon.oracle import oracle_for
 from bayes_recon.posteriordb import load_posterior
+from bayes_recon.pseudo import Layout
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "posteriordb" / "posterior_database"
 STATS = ("N", "XtX", "Xty", "yty")
@@ -76,8 +78,9 @@ def run_posterior(
     n_true = len(next(iter(data.values())))
     truth = linear_statistics(entry, {k: data[k] for k in entry.free}, np.ones(n_true))
     rows, oracles = [], None
+    strata = len(Layout({k: data[k].shape[1:] for k in entry.free}, entry.support).strata)
     for m in points:
-        n_points = n_true if m == "N" else int(m)
+        n_points = -(-n_true // strata) if m == "N" else int(m)  # M = N: as many points as data in all
         for seed in seeds:
             started = time.perf_counter()
             result = attack(name, entry, posterior, n_points, seed, br.ReconConfig())
