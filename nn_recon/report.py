@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,48 @@ def _tile(image: np.ndarray) -> np.ndarray:
     return image[0] if image.shape[0] == 1 else np.transpose(image, (1, 2, 0))
 
 
+def _save_grid(
+    path: str | Path,
+    cells: Sequence[Sequence[np.ndarray | None]],
+    figsize: tuple[float, float],
+    row_labels: Sequence[str] | None = None,
+    titles: Mapping[tuple[int, int], str] | None = None,
+    suptitle: str | None = None,
+) -> Path:
+    """PNG of ``cells[row][column]``, (C, H, W) images in [0, 1] drawn grey; a ``None`` cell stays blank.
+
+    With ``row_labels`` every cell keeps its frame and each row is named on its left; without, the
+    cells are bare. ``titles`` go above the cells at their (row, column).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(len(cells), len(cells[0]), figsize=figsize, squeeze=False)
+    for r, row in enumerate(cells):
+        for c, image in enumerate(row):
+            if image is not None:
+                axes[r, c].imshow(_tile(np.asarray(image)), cmap="gray", vmin=0, vmax=1)
+            if row_labels is None:
+                axes[r, c].axis("off")
+            else:
+                axes[r, c].set_xticks([])
+                axes[r, c].set_yticks([])
+        if row_labels is not None:
+            axes[r, 0].set_ylabel(row_labels[r], fontsize=8)
+    for (r, c), title in (titles or {}).items():
+        axes[r, c].set_title(title, fontsize=8)
+    if suptitle is not None:
+        figure.suptitle(suptitle, fontsize=9)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
 def save_match_grid(
     result: MatchResult,
     reconstructions: np.ndarray,
@@ -36,29 +79,17 @@ def save_match_grid(
     rows: int = 2,
 ) -> Path:
     """PNG of the best ``columns * rows`` pairs: each reconstruction above its training image, with SSIM."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
     best = result.ranked()[: columns * rows]
     rows = max(1, -(-len(best) // columns))
-    figure, axes = plt.subplots(2 * rows, columns, figsize=(columns * 1.1, rows * 2.4), squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    grey = {"cmap": "gray", "vmin": 0, "vmax": 1}
+    cells: list[list[np.ndarray | None]] = [[None] * columns for _ in range(2 * rows)]
+    titles: dict[tuple[int, int], str] = {}
     for k, position in enumerate(best):
         row, column = 2 * (k // columns), k % columns
-        axes[row, column].imshow(_tile(reconstructions[result.recon_index[position]]), **grey)
-        axes[row, column].set_title(f"{result.ssim[position]:.2f}", fontsize=8)
-        axes[row + 1, column].imshow(_tile(train_images[result.train_index[position]]), **grey)
-    figure.suptitle("best reconstructions (SSIM above) over their nearest training images", fontsize=9)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+        cells[row][column] = reconstructions[result.recon_index[position]]
+        cells[row + 1][column] = train_images[result.train_index[position]]
+        titles[row, column] = f"{result.ssim[position]:.2f}"
+    suptitle = "best reconstructions (SSIM above) over their nearest training images"
+    return _save_grid(path, cells, (columns * 1.1, rows * 2.4), titles=titles, suptitle=suptitle)
 
 
 def save_informed_grid(
@@ -69,26 +100,10 @@ def save_informed_grid(
     columns: int = 10,
 ) -> Path:
     """PNG of the first ``columns`` targets: target, reconstruction and nearest-neighbour oracle rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
     columns = min(columns, len(targets))
-    rows = (("target", targets), ("reconstruction", reconstructions), ("NN oracle", oracles))
-    figure, axes = plt.subplots(3, columns, figsize=(columns * 1.1, 3.6), squeeze=False)
-    for r, (title, images) in enumerate(rows):
-        for c in range(columns):
-            axes[r, c].imshow(_tile(np.asarray(images[c])), cmap="gray", vmin=0, vmax=1)
-            axes[r, c].set_xticks([])
-            axes[r, c].set_yticks([])
-        axes[r, 0].set_ylabel(title, fontsize=8)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    rows = {"target": targets, "reconstruction": reconstructions, "NN oracle": oracles}
+    cells = [list(images[:columns]) for images in rows.values()]
+    return _save_grid(path, cells, (columns * 1.1, 3.6), row_labels=list(rows))
 
 
 def metric_table(summary: dict[str, float], reference: dict[str, float] | None = None) -> str:
@@ -103,23 +118,6 @@ def metric_table(summary: dict[str, float], reference: dict[str, float] | None =
 
 def save_class_grid(path: str | Path, images: np.ndarray, row_names: list[str], columns: int = 10) -> Path:
     """PNG with one row per class: ``images`` (classes, n, C, H, W), the first ``columns`` of each row."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
     columns = min(columns, images.shape[1])
-    size = (columns * 1.0, len(images) * 1.05)
-    figure, axes = plt.subplots(len(images), columns, figsize=size, squeeze=False)
-    for r, row in enumerate(images):
-        for c in range(columns):
-            axes[r, c].imshow(_tile(np.asarray(row[c])), cmap="gray", vmin=0, vmax=1)
-            axes[r, c].set_xticks([])
-            axes[r, c].set_yticks([])
-        axes[r, 0].set_ylabel(row_names[r], fontsize=8)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    cells = [list(row[:columns]) for row in images]
+    return _save_grid(path, cells, (columns * 1.0, len(images) * 1.05), row_labels=row_names)
