@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from nn_recon.checkpoint import save_atomically
 from nn_recon.errors import ReconInputError
 from nn_recon.progress import progress
 
@@ -167,7 +168,7 @@ def train_gan(
         g_loss.backward()
         g_opt.step()
         if checkpoint and (step + 1) % config.checkpoint_every == 0:
-            _save_state(checkpoint, {
+            save_atomically(checkpoint, {
                 **{name: module.state_dict() for name, module in modules.items()},
                 "config": asdict(config), "step": step + 1, "seconds": time.perf_counter() - started,
                 "rng": rng.get_state(),
@@ -177,15 +178,9 @@ def train_gan(
     return Gan(generator, discriminator, config, num_classes, config.steps, time.perf_counter() - started)
 
 
-def _save_state(path: Path, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)
-
-
 def save_gan(gan: Gan, path: str | Path) -> Path:
     path = Path(path)
-    _save_state(path, {
+    save_atomically(path, {
         "format": GAN_FORMAT, "config": asdict(gan.config), "image_shape": list(gan.image_shape),
         "num_classes": gan.num_classes, "steps": gan.steps, "seconds": gan.seconds,
         "generator": gan.generator.state_dict(), "discriminator": gan.discriminator.state_dict(),

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nn_recon.checkpoint import save_atomically
 from nn_recon.errors import ReconInputError
 from nn_recon.progress import progress
 
@@ -126,21 +127,6 @@ def train_reconstructor(
         generator.set_state(state["generator"])
         first_epoch = state["epoch"]
 
-    def save(epoch: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        torch.save(
-            {
-                "meta": json.dumps(meta),
-                "model": model.state_dict(),
-                "optimiser": optimiser.state_dict(),
-                "generator": generator.get_state(),
-                "epoch": epoch,
-            },
-            temporary,
-        )
-        temporary.replace(path)
-
     for epoch in progress(range(first_epoch, config.epochs), config.epochs - first_epoch, "RecoNN epochs"):
         for batch in torch.randperm(len(features), generator=generator).split(config.batch_size):
             optimiser.zero_grad()
@@ -148,7 +134,16 @@ def train_reconstructor(
             loss.backward()
             optimiser.step()
         if path is not None and ((epoch + 1) % config.checkpoint_every == 0 or epoch + 1 == config.epochs):
-            save(epoch + 1)
+            save_atomically(
+                path,
+                {
+                    "meta": json.dumps(meta),
+                    "model": model.state_dict(),
+                    "optimiser": optimiser.state_dict(),
+                    "generator": generator.get_state(),
+                    "epoch": epoch + 1,
+                },
+            )
     return model.eval()
 
 

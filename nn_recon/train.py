@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from nn_recon.checkpoint import save_atomically
 from nn_recon.data import TaskData, make_task
 from nn_recon.errors import ReconInputError
 from nn_recon.models import Architecture, Network, build_network, margins, predict
@@ -129,8 +130,6 @@ def train_target(
     y = torch.as_tensor(data.labels, device=device)
     start, history = 0, []
     checkpoint = Path(checkpoint) if checkpoint else None
-    if checkpoint:
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
     if checkpoint and checkpoint.exists():
         state = torch.load(checkpoint, weights_only=True, map_location=device)
         if state.get("config") != asdict(config):
@@ -142,8 +141,7 @@ def train_target(
 
     def save_checkpoint(next_step: int) -> None:
         state = {"config": asdict(config), "state_dict": network.state_dict(), "step": next_step}
-        torch.save({**state, "history": history}, checkpoint.with_suffix(".tmp"))
-        checkpoint.with_suffix(".tmp").replace(checkpoint)
+        save_atomically(checkpoint, {**state, "history": history})
 
     started = time.perf_counter()
     step = start

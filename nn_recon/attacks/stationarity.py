@@ -33,6 +33,7 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 from bayes_recon.measure import WeightedMeasure
+from nn_recon.checkpoint import save_atomically
 from nn_recon.errors import ReconInputError
 from nn_recon.metrics import pairwise_ncc
 from nn_recon.models import margins
@@ -295,8 +296,7 @@ def _optimise_batch(
             on_step(step, values)
         if checkpoint and (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
             state = {"x": x, "lam": lam, "stopped": stopped, "losses": losses, "step": step + 1}
-            torch.save({**state, "adam": optimiser.state()}, checkpoint.with_suffix(".tmp"))
-            checkpoint.with_suffix(".tmp").replace(checkpoint)
+            save_atomically(checkpoint, {**state, "adam": optimiser.state()})
     if config.steps:
         losses = torch.where(stopped, losses, vmap(loss)(x, lam, beta))
     diverged = [s.index for s, bad in zip(settings, stopped.tolist(), strict=True) if bad]
@@ -337,8 +337,6 @@ def reconstruct(
     for start in range(0, len(pending), config.runs_per_batch):
         batch = pending[start : start + config.runs_per_batch]
         checkpoint = out / "runs" / f"batch_{batch[0].index:04d}.ckpt" if out else None
-        if checkpoint:
-            checkpoint.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         x, lam, beta, losses, bad = _optimise_batch(loss, batch, config, model, checkpoint, on_step)
         seconds = (time.perf_counter() - started) / len(batch)

@@ -94,17 +94,17 @@ def test_interrupted_gan_training_resumes_to_the_same_weights(tmp_path, monkeypa
     whole = train_gan(config, images, labels)
     from nn_recon import gan as gan_module
 
-    save = gan_module._save_state
+    save = gan_module.save_atomically
 
     def save_then_stop(path, state):
         save(path, state)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(gan_module, "_save_state", save_then_stop)
+    monkeypatch.setattr(gan_module, "save_atomically", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         train_gan(config, images, labels, checkpoint=tmp_path / "gan.ckpt")
     saved_steps = []
-    monkeypatch.setattr(gan_module, "_save_state", lambda path, state: saved_steps.append(state["step"]))
+    monkeypatch.setattr(gan_module, "save_atomically", lambda path, state: saved_steps.append(state["step"]))
     resumed = train_gan(config, images, labels, checkpoint=tmp_path / "gan.ckpt")
     assert saved_steps == [6]  # it went on from step 3 rather than starting over
     for network in ("generator", "discriminator"):
