@@ -6,7 +6,10 @@ Nothing is rerun; each attack is read from the folder its command wrote:
   settings), ``match.json`` (training images reconstructed per SSIM threshold) and ``match.png``;
 - ``reconn --out DIR``: each ``<representation>_<shadows>/`` run in it, ``reconstructions.json``
   (settings and metrics) and ``grid.png``;
-- ``invert --out DIR``: ``summary.json`` (settings, the metrics' mean and sd over seeds) and ``grid.png``.
+- ``invert --out DIR``: ``summary.json`` (settings, the metrics' mean and sd over seeds) and ``grid.png``;
+- ``glm --out DIR``: ``reconstruction.json`` (the model's settings, the optimality check and, when the
+  true target was given with ``--truth``, the reconstruction's error). No image: its features are flat
+  vectors.
 
 The page is put together with :mod:`bayes_recon.htmlpage`: tables, and the grids as data URIs.
 """
@@ -25,14 +28,14 @@ from nn_recon.errors import ReconInputError
 
 @dataclass(frozen=True)
 class Entry:
-    """One attack's saved output: what was attacked, its metric table and its image grid."""
+    """One attack's saved output: what was attacked, its metric table and its image grid, if it has one."""
 
     attack: str
     source: Path
     settings: dict[str, Any]
     header: tuple[str, ...]
     rows: list[tuple[Any, ...]]
-    grid: Path
+    grid: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,7 +43,7 @@ class Entry:
             "source": str(self.source),
             "settings": self.settings,
             "table": {"header": list(self.header), "rows": [list(row) for row in self.rows]},
-            "grid": str(self.grid),
+            "grid": None if self.grid is None else str(self.grid),
         }
 
 
@@ -111,16 +114,32 @@ def _inversion(folder: Path) -> list[Entry]:
     ]
 
 
+def _glm(folder: Path) -> list[Entry]:
+    _require(folder, ("reconstruction.json",), "pass the --out folder of nn-recon glm")
+    saved = json.loads((folder / "reconstruction.json").read_text())
+    meta = saved["meta"]
+    settings = {"model": meta["model"], "known": meta["known"], **meta["settings"]}
+    rows = [
+        ("relative gradient norm", meta["relative_gradient_norm"]),
+        ("candidate targets", saved["shapes"]["x"][0]),
+    ]
+    if "truth" in meta:
+        rows.append(("max relative error", meta["truth"]["max_relative_error"]))
+    return [Entry("glm", folder, settings, ("metric", "value"), rows)]
+
+
 LOADERS: dict[str, Callable[[Path], list[Entry]]] = {
     "stationarity": _stationarity,
     "informed": _informed,
     "inversion": _inversion,
+    "glm": _glm,
 }
 
 TITLES = {
     "stationarity": "Stationarity attack: training images from the trained weights",
     "informed": "Informed adversary: RecoNN on the released models",
     "inversion": "GAN-based model inversion of every class",
+    "glm": "Informed adversary: the missing training point of a GLM, in closed form",
 }
 
 NOTES = {
@@ -132,6 +151,10 @@ NOTES = {
     "neighbour.",
     "inversion": "Top-1/top-5: the evaluation classifier's accuracy on the inverted images; knn: their "
     "feature distance to the nearest private image of their class. Grid: the first seed, one row a class.",
+    "glm": "Relative gradient norm: the training objective's gradient at the released parameters on the "
+    "known points plus the reconstruction, relative to the size of its terms (0: exactly optimal). "
+    "Candidate targets: 2 when a model without intercept fits two. Max relative error (when the true "
+    "target was given): the closest candidate's largest feature error over the largest true feature.",
 }
 
 
@@ -139,7 +162,7 @@ def collect(folders: Mapping[str, Sequence[str | Path]]) -> list[Entry]:
     """The entries of every folder, by attack (a key of :data:`LOADERS`)."""
     if not any(folders.values()):
         raise ReconInputError(
-            "nothing to report: give at least one of --stationarity, --informed, --inversion"
+            f"nothing to report: give at least one of {', '.join(f'--{a}' for a in LOADERS)}"
         )
     entries = []
     for attack, paths in folders.items():
@@ -175,6 +198,7 @@ def render(entries: Sequence[Entry]) -> str:
             "<h3>What the attack recovered</h3>",
             f"<p class='note'>{escape(NOTES[entry.attack])}</p>",
             table(entry.header, [tuple(map(_cell, row)) for row in entry.rows]),
-            png_image(entry.grid.read_bytes(), f"{entry.attack} image grid"),
         ]
+        if entry.grid is not None:
+            sections.append(png_image(entry.grid.read_bytes(), f"{entry.attack} image grid"))
     return page("Leakage audit: network attacks", sections)

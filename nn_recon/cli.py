@@ -12,8 +12,14 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nn_recon.errors import ReconInputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from nn_recon.attacks.informed import GLM
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -205,28 +211,51 @@ def register_glm(subparsers: Subparsers) -> None:
         help="a fitted sklearn LinearRegression/Ridge/LogisticRegression saved with joblib/pickle (.joblib, "
         ".pkl: only load files you trust), or an .npz with family, coef, intercept (optional), l2",
     )
-    p.add_argument(
-        "--known",
-        required=True,
-        help="D⁻: an .npz with arrays x (n, d) and y (n,), or a CSV whose last column is y",
-    )
+    points = "an .npz with arrays x {} and y {}, or a CSV whose last column is y"
+    p.add_argument("--known", required=True, help="D⁻: " + points.format("(n, d)", "(n,)"))
     p.add_argument("--label", help="the target's label, if known (required for models without intercept)")
     p.add_argument(
         "--tol", type=float, default=1e-6, help="largest relative gradient norm accepted as optimal"
     )
-    p.add_argument("--out", help="save the reconstruction as a WeightedMeasure (<out>.npz / <out>.json)")
+    p.add_argument(
+        "--truth",
+        help="the true target, to score the reconstruction against: " + points.format("(d,)", "(1,)"),
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="save the reconstruction as a WeightedMeasure (DIR/reconstruction.npz, its settings and "
+        "scores in DIR/reconstruction.json; nn-recon audit --glm DIR reports it)",
+    )
     p.set_defaults(run=_glm)
 
 
-def _load_glm_inputs(args: argparse.Namespace):
+def _load_points(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels from an .npz with arrays x and y, or a CSV whose last column is y."""
     import numpy as np
 
-    from nn_recon.attacks.informed import GLM
+    if not path.is_file():
+        raise ReconInputError(f"{path} does not exist")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as saved:
+            if not {"x", "y"} <= set(saved.files):
+                raise ReconInputError(f"{path} needs arrays named x and y")
+            return saved["x"], saved["y"]
+    try:
+        table = np.loadtxt(path, delimiter=",", ndmin=2)
+    except ValueError as error:
+        raise ReconInputError(f"{path} is not a numeric CSV (no header): {error}") from error
+    return table[:, :-1], table[:, -1]
 
-    model_path, known_path = Path(args.model), Path(args.known)
-    for path in (model_path, known_path):
-        if not path.is_file():
-            raise ReconInputError(f"{path} does not exist")
+
+def _load_glm_inputs(args: argparse.Namespace) -> tuple[GLM, np.ndarray, np.ndarray]:
+    import numpy as np
+
+    from nn_recon.attacks.informed import GLM, glm_from_estimator
+
+    model_path = Path(args.model)
+    if not model_path.is_file():
+        raise ReconInputError(f"{model_path} does not exist")
     if model_path.suffix == ".npz":
         with np.load(model_path, allow_pickle=False) as saved:
             missing = {"family", "coef"} - set(saved.files)
@@ -244,22 +273,13 @@ def _load_glm_inputs(args: argparse.Namespace):
         import joblib
 
         try:
-            model = joblib.load(model_path)
+            estimator = joblib.load(model_path)
         except Exception as error:
             raise ReconInputError(
                 f"could not load a fitted estimator from {model_path} ({type(error).__name__}: {error})"
             ) from error
-    if known_path.suffix == ".npz":
-        with np.load(known_path, allow_pickle=False) as saved:
-            if not {"x", "y"} <= set(saved.files):
-                raise ReconInputError(f"{known_path} needs arrays named x and y")
-            x, y = saved["x"], saved["y"]
-    else:
-        try:
-            table = np.loadtxt(known_path, delimiter=",", ndmin=2)
-        except ValueError as error:
-            raise ReconInputError(f"{known_path} is not a numeric CSV (no header): {error}") from error
-        x, y = table[:, :-1], table[:, -1]
+        model = glm_from_estimator(estimator)
+    x, y = _load_points(Path(args.known))
     return model, x, y
 
 
@@ -267,6 +287,7 @@ def _glm(args: argparse.Namespace) -> int:
     from nn_recon.attacks.informed import reconstruct_target
 
     model, x, y = _load_glm_inputs(args)
+    true_x, true_y = _load_points(Path(args.truth)) if args.truth else (None, None)
     label = args.label
     if label is not None:
         try:
@@ -280,8 +301,27 @@ def _glm(args: argparse.Namespace) -> int:
         _say(f"target features: {' '.join(f'{v:.10g}' for v in features)}")
         _say(f"target label:    {target_label}")
     _say(f"relative gradient norm at the reconstruction: {result.gradient_norm:.3g}")
+    truth: dict[str, dict[str, object]] = {}
+    if true_x is not None:
+        error = result.max_relative_error(true_x)
+        _say(f"max relative error to the true target: {error:.3g}")
+        truth["truth"] = {
+            "features": true_x.reshape(-1),
+            "label": true_y.reshape(-1)[0],
+            "max_relative_error": error,
+        }
     if args.out:
-        _say(f"saved {result.to_measure(model=str(args.model)).save(args.out)}")
+        settings = {
+            "family": model.family,
+            "l2": model.l2,
+            "intercept": model.intercept is not None,
+            "d": model.n_features,
+            "n": len(x),
+            "label_given": label is not None,
+            "tol": args.tol,
+        }
+        measure = result.to_measure(model=str(args.model), known=str(args.known), settings=settings, **truth)
+        _say(f"saved {measure.save(Path(args.out) / 'reconstruction')}")
     return 0
 
 
@@ -523,6 +563,7 @@ def register_audit(subparsers: Subparsers) -> None:
                    help=f"{out} stationarity, each matched by nn-recon match")  # fmt: skip
     p.add_argument("--informed", nargs="+", default=[], metavar="DIR", help=f"{out} reconn")
     p.add_argument("--inversion", nargs="+", default=[], metavar="DIR", help=f"{out} invert")
+    p.add_argument("--glm", nargs="+", default=[], metavar="DIR", help=f"{out} glm")
     p.add_argument("--report", required=True, metavar="OUT.html", help="the HTML report to write")
     p.add_argument("--json", metavar="OUT.json", help="the same numbers as JSON")
     p.set_defaults(run=_audit)

@@ -23,7 +23,7 @@ def test_glm_reconstructs_a_saved_estimator(tmp_path, capsys):
     code = main(["--quiet", "glm", "--model", str(tmp_path / "model.joblib"), "--known",
                  str(_known(tmp_path, x, y)), "--out", str(tmp_path / "recon")])  # fmt: skip
     assert code == 0
-    measure = WeightedMeasure.load(tmp_path / "recon")
+    measure = WeightedMeasure.load(tmp_path / "recon" / "reconstruction")
     np.testing.assert_allclose(measure.points["x"][0], x[-1], atol=1e-8)
     assert measure.points["y"][0] == y[-1] and measure.total_mass() == 1
     assert "target label:    " + str(y[-1]) in capsys.readouterr().out
@@ -39,7 +39,9 @@ def test_glm_from_plain_coefficients_and_csv(tmp_path):
     model, known = str(tmp_path / "glm.npz"), str(tmp_path / "known.csv")
     code = main(["--quiet", "glm", "--model", model, "--known", known, "--out", str(tmp_path / "recon")])
     assert code == 0
-    np.testing.assert_allclose(WeightedMeasure.load(tmp_path / "recon").points["x"][0], x[-1], atol=1e-8)
+    np.testing.assert_allclose(
+        WeightedMeasure.load(tmp_path / "recon" / "reconstruction").points["x"][0], x[-1], atol=1e-8
+    )
 
 
 def test_glm_bad_input_exits_2(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""``nn-recon audit`` on real outputs: a tiny stationarity attack matched by ``match``, and a RecoNN
-and an inversion run written by the functions their commands save with; bad input exits 2."""
+"""``nn-recon audit`` on real outputs: a tiny stationarity attack matched by ``match``, a RecoNN and an
+inversion run written by the functions their commands save with, and a ``glm`` run; bad input exits 2."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 import torch
+from sklearn.linear_model import Ridge
 
 from bayes_recon.measure import WeightedMeasure
 from nn_recon.attacks.inversion import AttackReport, InversionConfig
@@ -99,6 +100,32 @@ def test_grids_render_in_headless_chromium(report, chromium_images):
     assert "training images reconstructed" in dom and "success_rate" in dom
 
 
+def test_glm_run_end_to_end(tmp_path):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(30, 3))
+    y = x @ np.array([1.0, -2.0, 0.5]) + rng.normal(size=30)
+    ridge = Ridge(alpha=0.5).fit(x, y)
+    np.savez(tmp_path / "glm.npz", family="gaussian", coef=ridge.coef_, intercept=[ridge.intercept_], l2=0.5)
+    np.savez(tmp_path / "known.npz", x=x[:-1], y=y[:-1])
+    np.savez(tmp_path / "truth.npz", x=x[-1], y=y[-1:])
+    files = {name: str(tmp_path / f"{name}.npz") for name in ("glm", "known", "truth")}
+    out = tmp_path / "glm_out"
+    assert main(["--quiet", "glm", "--model", files["glm"], "--known", files["known"],
+                 "--truth", files["truth"], "--out", str(out)]) == 0  # fmt: skip
+    html, data = tmp_path / "out.html", tmp_path / "out.json"
+    assert main(["--quiet", "audit", "--glm", str(out), "--report", str(html), "--json", str(data)]) == 0
+    [entry] = json.loads(data.read_text())["attacks"]
+    assert entry["attack"] == "glm" and entry["grid"] is None
+    assert entry["settings"] == {"model": files["glm"], "known": files["known"], "family": "gaussian",
+                                 "l2": 0.5, "intercept": True, "d": 3, "n": 29, "label_given": False,
+                                 "tol": 1e-6}  # fmt: skip
+    rows = dict(entry["table"]["rows"])
+    assert rows["candidate targets"] == 1 and rows["relative gradient norm"] < 1e-6
+    assert rows["max relative error"] < 1e-8
+    text = html.read_text()
+    assert "in closed form" in text and "<td>max relative error</td>" in text and "data:image" not in text
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -108,6 +135,7 @@ def test_grids_render_in_headless_chromium(report, chromium_images):
         (["--informed", "EMPTY"], "pass the --out folder of nn-recon reconn"),
         (["--inversion", "EMPTY"], "has no summary.json, grid.png"),
         (["--inversion", "BROKEN"], "unreadable output (KeyError"),
+        (["--glm", "EMPTY"], "has no reconstruction.json; pass the --out folder of nn-recon glm"),
     ],
 )
 def test_bad_input_exits_2(tmp_path, capsys, argv, message):
