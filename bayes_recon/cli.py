@@ -1,8 +1,7 @@
 """``bayes-recon``: reconstruct a posterior's training data from its published draws.
 
-Each subcommand is one ``register_*`` function that adds its parser and sets ``run`` to a function
-taking the parsed arguments and returning an exit status; add a subcommand by appending its
-register function to ``SUBCOMMANDS``. Bad input is a one-line message and exit status 2.
+Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
+:mod:`bayes_recon.command`). Bad input is a one-line message and exit status 2.
 """
 
 from __future__ import annotations
@@ -18,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bayes_recon import command
+from bayes_recon.command import Subparsers
 from bayes_recon.errors import ReconError
-
-Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
 
@@ -420,7 +419,7 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS: list[Callable[[Subparsers], None]] = [
+SUBCOMMANDS: list[command.Register] = [
     register_reconstruct,
     register_list,
     register_check,
@@ -429,27 +428,16 @@ SUBCOMMANDS: list[Callable[[Subparsers], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bayes-recon", description=__doc__.splitlines()[0])
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    for register in SUBCOMMANDS:
-        register(subparsers)
-    return parser
+    return command.build_parser(
+        "bayes-recon",
+        __doc__.splitlines()[0],
+        SUBCOMMANDS,
+        lambda parser: parser.add_argument("--quiet", action="store_true", help="no progress bar"),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2), already printed
-        return exit_.code if isinstance(exit_.code, int) else 2
-    try:
-        return args.run(args)
-    except ReconError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # a missing file, a folder where a file was expected, no permission
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return command.run(build_parser(), argv, (ReconError,))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """``nn-recon``: train a target, attack it, score the reconstruction.
 
-Each subcommand is one ``register_*`` function that adds its parser and sets ``run`` to a function
-taking the parsed arguments and returning an exit status; add a subcommand by appending its
-register function to ``SUBCOMMANDS``. Bad input is a one-line message and exit status 2.
+Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
+:mod:`bayes_recon.command`). Bad input is a one-line message and exit status 2.
 """
 
 from __future__ import annotations
@@ -10,18 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bayes_recon import command
+from bayes_recon.command import Subparsers
 from nn_recon.errors import ReconInputError
 
 if TYPE_CHECKING:
     import numpy as np
 
     from nn_recon.attacks.informed import GLM
-
-Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def _say(message: str) -> None:
@@ -434,7 +433,7 @@ def _reconn(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS: list[Callable[[Subparsers], None]] = [
+SUBCOMMANDS: list[command.Register] = [
     register_train,
     register_stationarity,
     register_match,
@@ -585,30 +584,27 @@ def _audit(args: argparse.Namespace) -> int:
 SUBCOMMANDS.append(register_audit)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nn-recon", description=__doc__.splitlines()[0])
+def _global_options(parser: argparse.ArgumentParser) -> None:
     threads_help = "torch CPU threads (default 1: on a shared 2-core machine 2 threads were slower)"
     parser.add_argument("--threads", type=int, default=1, help=threads_help)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    for register in SUBCOMMANDS:
-        register(subparsers)
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _prepare(args: argparse.Namespace) -> None:
     import torch
 
     from nn_recon import progress
 
     torch.set_num_threads(args.threads)
     progress.enable(not args.quiet)
-    try:
-        return args.run(args)
-    except ReconInputError as error:
-        print(f"nn-recon: error: {error}", file=sys.stderr)
-        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return command.build_parser("nn-recon", __doc__.splitlines()[0], SUBCOMMANDS, _global_options)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return command.run(build_parser(), argv, (ReconInputError,), _prepare)
 
 
 if __name__ == "__main__":

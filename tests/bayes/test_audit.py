@@ -125,7 +125,7 @@ def test_audit_command_writes_report_and_json(tmp_path, capsys, monkeypatch, aud
 def test_audit_bad_input_exits_2(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert err.startswith("bayes-recon: error: ") and message in err and "Traceback" not in err
 
 
 def test_report_file_is_self_contained(audit, tmp_path):

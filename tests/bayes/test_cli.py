@@ -151,7 +151,7 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, monkeypatch, fake_re
     (tmp_path / "EMPTY_FOLDER").mkdir()
     assert main(["--quiet", *argv.split()]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "Traceback" not in err
+    assert err.startswith("bayes-recon: error: ") and "Traceback" not in err
     for message in messages:
         assert message in err
     assert not fake_reconstruct  # refused before any attack ran

@@ -147,7 +147,7 @@ def test_check_command_prints_the_statistics(capsys, tmp_path):
 def test_check_bad_input_exits_2(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert err.startswith("bayes-recon: error: ") and message in err and "Traceback" not in err
 
 
 def scaled_regression(x, y=None, scale=1.0):
