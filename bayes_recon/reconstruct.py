@@ -549,6 +549,7 @@ def _stages(
             lambda c: cloud_record(fitted(stage, c)),
             on_step,
             hessian_objective=partial(subset_objective, stage),
+            patience=2,  # Newton converges quadratically: two calm steps in a row are the end
             limit=stage.limit,
             step_offset=stage.offset,
         )
