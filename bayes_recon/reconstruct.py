@@ -27,7 +27,13 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
-from bayes_recon.divergence import Coordinates, Estimator, rademacher_slices, score_matching_objective
+from bayes_recon.divergence import (
+    ESTIMATORS,
+    Coordinates,
+    Estimator,
+    rademacher_slices,
+    score_matching_objective,
+)
 from bayes_recon.draws import as_draws, check_draws
 from bayes_recon.errors import ReconError
 from bayes_recon.measure import WeightedMeasure
@@ -67,6 +73,27 @@ class ReconConfig:
     restarts: int = 2
     batch_size: int | None = None
     max_draws: int | None = None
+
+    def __post_init__(self) -> None:
+        at_least_one = ("n_slices", "coarse_draws", "steps", "restarts", "batch_size", "max_draws")
+        for name in at_least_one:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ReconError(
+                    f"{name} must be at least 1 (a whole number), got {value!r} "
+                    f"(command line: --{name.replace('_', '-')} 1 or more)"
+                )
+        if not isinstance(self.coarse_steps, int) or self.coarse_steps < 0:
+            raise ReconError(f"coarse_steps must be a whole number ≥ 0, got {self.coarse_steps!r}")
+        if not self.learning_rate > 0:
+            raise ReconError(f"learning_rate must be positive, got {self.learning_rate!r}")
+        for name, allowed in (
+            ("estimator", ("auto", *ESTIMATORS)),
+            ("coordinates", ("standardised", "unconstrained")),
+            ("method", ("lbfgs", "adam")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ReconError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
     def resolved_estimator(self, dim: int) -> Estimator:
         if self.estimator == "auto":

@@ -268,3 +268,20 @@ def test_model_kernel_mmd_is_the_fisher_divergence_between_weighted_posteriors(k
     gap = jax.vmap(lambda z: score(truth, z) - score(other, z))(setup.draws)
     np.testing.assert_allclose(mmd**2, float(jnp.mean(jnp.sum(gap**2, axis=1))), rtol=1e-8)
     assert truth.mmd(truth, model_kernel(setup)) < 1e-6 * mmd
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"steps": 0}, "steps must be at least 1"),
+        ({"restarts": 1.5}, "restarts must be at least 1"),
+        ({"coarse_steps": -1}, "coarse_steps must be a whole number"),
+        ({"learning_rate": 0.0}, "learning_rate must be positive"),
+        ({"method": "sgd"}, "method must be one of"),
+        ({"estimator": "exactly"}, "estimator must be one of"),
+    ],
+)
+def test_recon_config_refuses_bad_settings_when_made(settings, message):
+    """From Python too, not only through the CLI: before, steps=0 failed later as a non-finite objective."""
+    with pytest.raises(br.ReconError, match=message):
+        br.ReconConfig(**settings)
