@@ -405,6 +405,11 @@ class Objectives(NamedTuple):
     minibatch: PseudoObjective | None
 
 
+# Draws × pseudo-points evaluated at once; above it the draws go in rematerialised chunks. kidiq at
+# M = N (434 points on 10,000 draws) is below it; earnings at M = N (1,192) ran out of 24 GB.
+DRAW_POINT_BUDGET = 5_000_000
+
+
 def build_objective(
     weighted: WeightedModel,
     layout: pseudo.Layout,
@@ -427,12 +432,13 @@ def build_objective(
     def objective(params: pseudo.Pseudo, base: Array, batch_key: Array) -> Array:
         points, w = pseudo.measure(layout, params, base)
         log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
+        at_once = max(1, DRAW_POINT_BUDGET // w.shape[0])
         if batch_size is None:
-            return score_matching_objective(log_q, draws, fixed_slices, estimator)
+            return score_matching_objective(log_q, draws, fixed_slices, estimator, at_once)
         rows_key, slices_key = jax.random.split(batch_key)
         rows = jax.random.choice(rows_key, n_draws, (batch_size,), replace=False)
         slices = rademacher_slices(slices_key, batch_size, n_slices, dim) if sliced else None
-        return score_matching_objective(log_q, draws[rows], slices, estimator)
+        return score_matching_objective(log_q, draws[rows], slices, estimator, at_once)
 
     return jax.jit(objective)  # traced once, reused by every stage and derivative
 
