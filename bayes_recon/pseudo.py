@@ -222,7 +222,11 @@ LOG_MASS_GRID = tuple(float(v) for v in range(-3, 9))  # total mass e^-3 … e^8
 
 
 def search_scales(
-    objective: Callable[[Cloud], Array], cloud: Cloud, coordinates: Sequence[int], located: Sequence[int] = ()
+    objective: Callable[[Cloud], Array],
+    cloud: Cloud,
+    coordinates: Sequence[int],
+    located: Sequence[int] = (),
+    at_once: int | None = None,
 ) -> Cloud:
     """Pick the order of magnitude of each listed coordinate's spread and location, then the total mass.
 
@@ -232,11 +236,17 @@ def search_scales(
     ``located`` ones (unbounded supports, which have no natural centre) then its location from
     ``SHIFT_GRID`` and its scale again; last the mass. A bounded column starts at its support's
     centre: shifting it towards a bound only saturates the map. It uses nothing but the
-    objective and leaves the rest to Newton. Every stratum moves together.
+    objective and leaves the rest to Newton. Every stratum moves together. ``at_once``: grid
+    points evaluated together (memory), None: a whole grid.
     """
 
     def best(candidates: Cloud) -> Cloud:
-        values = jax.vmap(objective)(candidates)
+        together = at_once is None or at_once >= len(jax.tree_util.tree_leaves(candidates)[0])
+        values = (
+            jax.vmap(objective)(candidates)
+            if together
+            else jax.lax.map(objective, candidates, batch_size=at_once)
+        )
         values = jnp.where(jnp.isfinite(values), values, jnp.inf)
         return jax.tree_util.tree_map(lambda leaf: leaf[jnp.argmin(values)], candidates)
 

@@ -408,6 +408,9 @@ class Objectives(NamedTuple):
 # Draws × pseudo-points evaluated at once; above it the draws go in rematerialised chunks. kidiq at
 # M = N (434 points on 10,000 draws) is below it; earnings at M = N (1,192) ran out of 24 GB.
 DRAW_POINT_BUDGET = 5_000_000
+# The same for the grid search's values (no gradients): grid points × draws × pseudo-points. kidiq
+# at M = N evaluates 59 × 1,000 × 434 = 2.6e7 at once; earnings at M = N (7e7) asked for 29 GB.
+GRID_POINT_BUDGET = 30_000_000
 
 
 def build_objective(
@@ -543,11 +546,13 @@ def _stages(
     def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
         return begin.with_responses(cloud, base)
 
+    subset_size = config.coarse_draws * start.points.logit.size  # draws × pseudo-points per grid point
     scaled = pseudo.search_scales(
         lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
         start.cloud,
         begin.searched,
         begin.located,
+        at_once=max(1, GRID_POINT_BUDGET // subset_size),
     )
 
     # Three Newton stages on the cloud. With covariates of unknown location, their shape first, at
