@@ -16,7 +16,7 @@ and slice vectors (S, K, d).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -66,10 +66,16 @@ def score_matching_objective(
             return exact_term(log_q, theta)
         return sliced_term(log_q, theta, v, variance_reduced)
 
-    if draws_at_once is None or draws_at_once >= len(draws):
-        return jnp.mean(jax.vmap(term)(draws, slices))
-    terms = jax.lax.map(jax.checkpoint(lambda pair: term(*pair)), (draws, slices), batch_size=draws_at_once)
-    return jnp.mean(terms)
+    return jnp.mean(map_in_chunks(lambda pair: term(*pair), (draws, slices), draws_at_once))
+
+
+def map_in_chunks(fn: Callable[[Any], Array], xs: Any, at_once: int | None) -> Array:
+    """``fn`` over the leading axis of the pytree ``xs``: one ``vmap`` when ``at_once`` is None or
+    covers it all, else ``vmap``-ed chunks of ``at_once`` in a loop, each rematerialised in a
+    backward pass, so that memory is bounded by one chunk."""
+    if at_once is None or at_once >= len(jax.tree_util.tree_leaves(xs)[0]):
+        return jax.vmap(fn)(xs)
+    return jax.lax.map(jax.checkpoint(fn), xs, batch_size=at_once)
 
 
 def rademacher_slices(key: Array, n_draws: int, n_slices: int, dim: int) -> Array:

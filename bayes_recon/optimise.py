@@ -51,8 +51,9 @@ def _finite(tree: Any) -> Array:
     return jnp.all(jnp.array([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]))
 
 
-def _keep_if(ok: Array, new: Any, old: Any) -> Any:
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
+def tree_where(condition: Array, if_true: Any, if_false: Any) -> Any:
+    """``jnp.where`` leaf by leaf over two pytrees of one structure."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(condition, a, b), if_true, if_false)
 
 
 class Optimiser(NamedTuple):
@@ -89,7 +90,7 @@ def optax_optimiser(objective: Objective, config: OptimiserConfig, steps: int) -
             value = optax.tree_utils.tree_get(opt_state, "value")
             grad = optax.tree_utils.tree_get(opt_state, "grad")
         new = RunState(params, opt_state, value, grad, key)
-        return _keep_if(jnp.isfinite(value) & _finite(params) & _finite(grad), new, state._replace(key=key))
+        return tree_where(jnp.isfinite(value) & _finite(params) & _finite(grad), new, state._replace(key=key))
 
     return Optimiser(init, step)
 
@@ -156,7 +157,7 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
         trial = flat + length / shrink * direction
         accepted = RunState(unravel(trial), jnp.ones_like(state.opt_state), value, (), state.key)
         refused = state._replace(opt_state=shortest * shrink)
-        return _keep_if(lower(value) & _finite(trial), accepted, refused)
+        return tree_where(lower(value) & _finite(trial), accepted, refused)
 
     return Optimiser(init, step)
 

@@ -38,6 +38,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 from numpyro.distributions.transforms import biject_to
 
+from bayes_recon.divergence import map_in_chunks
 from bayes_recon.errors import ReconError
 
 Array = jax.Array
@@ -241,12 +242,7 @@ def search_scales(
     """
 
     def best(candidates: Cloud) -> Cloud:
-        together = at_once is None or at_once >= len(jax.tree_util.tree_leaves(candidates)[0])
-        values = (
-            jax.vmap(objective)(candidates)
-            if together
-            else jax.lax.map(objective, candidates, batch_size=at_once)
-        )
+        values = map_in_chunks(objective, candidates, at_once)
         values = jnp.where(jnp.isfinite(values), values, jnp.inf)
         return jax.tree_util.tree_map(lambda leaf: leaf[jnp.argmin(values)], candidates)
 

@@ -37,7 +37,7 @@ from bayes_recon.divergence import (
 from bayes_recon.draws import as_draws, check_draws
 from bayes_recon.errors import ReconError
 from bayes_recon.measure import WeightedMeasure
-from bayes_recon.optimise import OptimiserConfig, minimise
+from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
 from bayes_recon.weighting import WeightedModel
 
 Array = jax.Array
@@ -563,7 +563,7 @@ def _stages(
     # subset (subsampled Newton). One compiled loop serves all three, switched by the stage table.
     def fitted(stage: CloudStage, cloud: pseudo.Cloud) -> pseudo.Cloud:
         cloud = cloud._replace(log_mass=jnp.where(stage.frozen_mass, scaled.log_mass, cloud.log_mass))
-        return _tree_where(stage.all_draws, cloud, responded(cloud))
+        return tree_where(stage.all_draws, cloud, responded(cloud))
 
     def cloud_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
         return jax.lax.cond(
@@ -580,7 +580,7 @@ def _stages(
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
         final, values, records, taken = minimise(
             partial(cloud_objective, stage),
-            _tree_where(stage.all_draws, responded(cloud), cloud),
+            tree_where(stage.all_draws, responded(cloud), cloud),
             keys[0],
             config.coarse_steps,
             newton,
@@ -620,10 +620,6 @@ def _stages(
     records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
     final_value = objectives.full(final.params, base, key) if minibatched else final.value
     return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]])
-
-
-def _tree_where(condition: Array, if_true: Any, if_false: Any) -> Any:
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(condition, a, b), if_true, if_false)
 
 
 def _check_finite(values: np.ndarray, final: np.ndarray, config: ReconConfig) -> None:
