@@ -41,8 +41,8 @@ def run(
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse: --help (0) or a usage error (2), already printed
         return exit_.code if isinstance(exit_.code, int) else 2
-    prepare(args)
     try:
+        prepare(args)
         return args.run(args)
     except (*errors, OSError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)

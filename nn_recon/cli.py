@@ -595,6 +595,8 @@ def _prepare(args: argparse.Namespace) -> None:
 
     from nn_recon import progress
 
+    if args.threads < 1:
+        raise ReconInputError(f"--threads must be at least 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     progress.enable(not args.quiet)
 

@@ -35,6 +35,7 @@ BAD_INPUT = [
     ("stationarity --model NOT_TORCH --out r", "NOT_TORCH is not a model file written by nn-recon train"),
     ("stationarity --model MULTICLASS_MODEL --points 4 --out r", "smaller than the 10"),
     ("train --dataset digits --arch rnn:3 --out m.pt", "unknown architecture"),
+    ("--threads 0 train --dataset digits --out m.pt", "--threads must be at least 1, got 0"),
 ]
 
 
