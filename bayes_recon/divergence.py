@@ -69,7 +69,7 @@ def score_matching_objective(
     return jnp.mean(map_in_chunks(lambda pair: term(*pair), (draws, slices), draws_at_once))
 
 
-def map_in_chunks(fn: Callable[[Any], Array], xs: Any, at_once: int | None) -> Array:
+def map_in_chunks(fn: Callable[[Any], Any], xs: Any, at_once: int | None) -> Any:
     """``fn`` over the leading axis of the pytree ``xs``: one ``vmap`` when ``at_once`` is None or
     covers it all, else ``vmap``-ed chunks of ``at_once`` in a loop, each rematerialised in a
     backward pass, so that memory is bounded by one chunk."""

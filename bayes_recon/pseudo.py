@@ -219,7 +219,35 @@ def initial(n_points: int, layout: Layout) -> Pseudo:
 
 LOG_SCALE_GRID = tuple(float(v) for v in range(-2, 13))  # e^-2 … e^12 ≈ 0.1 … 160,000
 SHIFT_GRID = (0.0, *(sign * float(np.exp(k / 2)) for k in range(-4, 25) for sign in (1, -1)))  # ±e^-2 … ±e^12
-LOG_MASS_GRID = tuple(float(v) for v in range(-3, 9))  # total mass e^-3 … e^8 times M
+LOG_MASS_RANGE = (-3.0, 8.0)  # total mass e^-3 … e^8 times M
+
+
+def at_masses(objective: Callable[[Cloud], Array], cloud: Cloud, multiples: Sequence[float]) -> Array:
+    """The objective at the cloud scaled to each multiple of its mass (one vectorised evaluation)."""
+    offsets = jnp.log(jnp.asarray(multiples))
+    return jax.vmap(lambda m: objective(cloud._replace(log_mass=cloud.log_mass + m)))(offsets)
+
+
+def at_best_mass(objective: Callable[[Cloud], Array], cloud: Cloud, prior_value: Array) -> tuple[Array, Cloud]:
+    """The objective at the cloud's best total mass (within ``LOG_MASS_RANGE`` of M), and the cloud with it.
+
+    The weighted log-likelihood is linear in the mass, so the score-matching objective is exactly a
+    quadratic in it: J(t) = a t² + b t + c, t the mass relative to the cloud's. ``prior_value`` is
+    c = J(0), the prior's alone, the same for every cloud; J(1) and J(2) give a and b. Profiling the
+    mass out this way lets a search over the cloud's shape compare shapes each at its own mass; at
+    a fixed mass far from the data's (M points against hundreds), the shape that scores best can be
+    a degenerate one that Newton cannot leave.
+    """
+    one, two = at_masses(objective, cloud, (1.0, 2.0))
+    a = (two - 2.0 * one + prior_value) / 2.0
+    b = one - prior_value - a
+    lowest, highest = (jnp.exp(v) for v in LOG_MASS_RANGE)
+    vertex = jnp.clip(-b / jnp.where(a > 0, 2.0 * a, 1.0), lowest, highest)
+    t = jnp.stack([jnp.asarray(lowest), jnp.asarray(highest), jnp.where(a > 0, vertex, lowest)])
+    values = a * t**2 + b * t + prior_value
+    values = jnp.where(jnp.isfinite(values), values, jnp.inf)
+    i = jnp.argmin(values)
+    return values[i], cloud._replace(log_mass=cloud.log_mass + jnp.log(t[i]))
 
 
 def search_scales(
@@ -229,20 +257,28 @@ def search_scales(
     located: Sequence[int] = (),
     at_once: int | None = None,
 ) -> Cloud:
-    """Pick the order of magnitude of each listed coordinate's spread and location, then the total mass.
+    """Pick the order of magnitude of each listed coordinate's spread and location, each at its best mass.
 
     A data column may be 10⁴ while the initial cloud is 1 (or, for a positive column, its log
     may sit at 4), and from there the divergence falls fastest by shrinking the mass to nothing,
     a useless local minimum. Per coordinate, its scale from ``LOG_SCALE_GRID``; for the
     ``located`` ones (unbounded supports, which have no natural centre) then its location from
-    ``SHIFT_GRID`` and its scale again; last the mass. A bounded column starts at its support's
-    centre: shifting it towards a bound only saturates the map. It uses nothing but the
-    objective and leaves the rest to Newton. Every stratum moves together. ``at_once``: grid
-    points evaluated together (memory), None: a whole grid.
+    ``SHIFT_GRID`` and its scale again; every candidate is scored at its own best total mass
+    (:func:`at_best_mass`). A bounded column starts at its support's centre: shifting it towards a
+    bound only saturates the map. It uses nothing but the objective and leaves the rest to Newton.
+    Every stratum moves together. ``at_once``: grid points evaluated together (memory), None: a
+    whole grid.
     """
+    # J(0), extrapolated from masses 1, 2 and 3 times the cloud's: the objective cannot be evaluated at
+    # mass zero itself (the responses are refitted to the cloud's weights).
+    one, two, three = at_masses(objective, cloud, (1.0, 2.0, 3.0))
+    prior_value = 3.0 * one - 3.0 * two + three
+
+    def profiled(candidate: Cloud) -> tuple[Array, Cloud]:
+        return at_best_mass(objective, candidate, prior_value)
 
     def best(candidates: Cloud) -> Cloud:
-        values = map_in_chunks(objective, candidates, at_once)
+        values, candidates = map_in_chunks(profiled, candidates, at_once)
         values = jnp.where(jnp.isfinite(values), values, jnp.inf)
         return jax.tree_util.tree_map(lambda leaf: leaf[jnp.argmin(values)], candidates)
 
@@ -258,8 +294,7 @@ def search_scales(
         cloud = scale(cloud, index)
         if index in located:
             cloud = scale(shift(cloud, index), index)
-    offsets = jnp.asarray(LOG_MASS_GRID)
-    return best(jax.vmap(lambda m: cloud._replace(log_mass=cloud.log_mass + m))(offsets))
+    return profiled(cloud)[1]
 
 
 def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:

@@ -546,7 +546,8 @@ def _stages(
     def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
         return begin.with_responses(cloud, base)
 
-    subset_size = config.coarse_draws * start.points.logit.size  # draws × pseudo-points per grid point
+    # draws × pseudo-points per grid point, evaluated twice (at two masses; see pseudo.at_best_mass)
+    subset_size = 2 * config.coarse_draws * start.points.logit.size
     scaled = pseudo.search_scales(
         lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
         start.cloud,

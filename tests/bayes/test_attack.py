@@ -141,15 +141,28 @@ def test_fit_cloud_reproduces_weighted_moments_exactly():
     )
 
 
-def test_scale_search_finds_the_order_of_magnitude():
+def test_scale_search_finds_the_order_of_magnitude_and_the_mass_in_closed_form():
+    """The objective is a quadratic in the mass (as the score-matching objective is): the profile is exact."""
     layout = pseudo.Layout({"a": (2,)}, {})
     cloud = pseudo.initial(5, layout).cloud
     target = jnp.array([7.0, -1.0])
-    found = pseudo.search_scales(
-        lambda c: jnp.sum((c.log_diag - target) ** 2) + (c.log_mass - 4.0) ** 2, cloud, [0, 1]
-    )
-    np.testing.assert_allclose(found.log_diag[0], target)
-    assert float(found.log_mass[0]) == 4.0
+
+    def objective(c):  # zero at mass zero whatever the cloud, as the prior's own value is
+        t, shape = jnp.exp(c.log_mass[0]), c.log_diag[0]
+        return t * (t - 2.0 * (30.0 + jnp.sum(shape))) + t * jnp.sum((shape - target) ** 2)
+
+    # At its best mass t = 30 + Σ s − Σ (s − target)² / 2 the objective is −t²: best at s = target + 1.
+    found = pseudo.search_scales(objective, cloud, [0, 1])
+    np.testing.assert_allclose(found.log_diag[0], target + 1.0)
+    np.testing.assert_allclose(np.exp(found.log_mass[0]), 37.0, rtol=1e-9)
+
+
+def test_the_mass_profile_keeps_to_its_range_when_the_objective_falls_without_end():
+    layout = pseudo.Layout({"a": (1,)}, {})
+    cloud = pseudo.initial(5, layout).cloud
+    value, found = pseudo.at_best_mass(lambda c: -jnp.exp(c.log_mass[0]), cloud, jnp.asarray(0.0))
+    np.testing.assert_allclose(found.log_mass[0], pseudo.LOG_MASS_RANGE[1])
+    np.testing.assert_allclose(value, -np.exp(pseudo.LOG_MASS_RANGE[1]), rtol=1e-9)
 
 
 @pytest.mark.parametrize("method", ["newton", "lbfgs"])
