@@ -228,7 +228,9 @@ def at_masses(objective: Callable[[Cloud], Array], cloud: Cloud, multiples: Sequ
     return jax.vmap(lambda m: objective(cloud._replace(log_mass=cloud.log_mass + m)))(offsets)
 
 
-def at_best_mass(objective: Callable[[Cloud], Array], cloud: Cloud, prior_value: Array) -> tuple[Array, Cloud]:
+def at_best_mass(
+    objective: Callable[[Cloud], Array], cloud: Cloud, prior_value: Array
+) -> tuple[Array, Cloud]:
     """The objective at the cloud's best total mass (within ``LOG_MASS_RANGE`` of M), and the cloud with it.
 
     The weighted log-likelihood is linear in the mass, so the score-matching objective is exactly a
