@@ -296,7 +296,7 @@ def search_scales(
         cloud = scale(cloud, index)
         if index in located:
             cloud = scale(shift(cloud, index), index)
-    return profiled(cloud)[1]
+    return cloud if coordinates else profiled(cloud)[1]  # a grid's best already has its best mass
 
 
 def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
