@@ -353,7 +353,19 @@ def reconstruct(
     compiled = run.lower(bases, keys, z, z[subset]).compile()
     compile_seconds = time.perf_counter() - compiling
     # Dispatch is asynchronous: wait for the result before reporting the last step.
-    measures, values, records, final, steps_taken = jax.block_until_ready(compiled(bases, keys, z, z[subset]))
+    try:
+        measures, values, records, final, steps_taken = jax.block_until_ready(
+            compiled(bases, keys, z, z[subset])
+        )
+    except jax.errors.JaxRuntimeError as err:
+        if "RESOURCE_EXHAUSTED" not in str(err):
+            raise
+        raise ReconError(
+            f"out of memory: {config.restarts} restart(s) × {n_points} points per stratum × "
+            f"{z.shape[0]} draws × {z.shape[1]} parameters did not fit ({str(err).splitlines()[0]}). "
+            "Use fewer points (--points), fewer draws (--max-draws), one restart (--restarts 1), "
+            "or minibatches of draws (--batch-size)."
+        ) from err
     if progress:
         progress(sum(stage_steps), sum(stage_steps))
     values, final = np.asarray(values), np.asarray(final)

@@ -298,3 +298,19 @@ def test_recon_config_refuses_bad_settings_when_made(settings, message):
     """From Python too, not only through the CLI: before, steps=0 failed later as a non-finite objective."""
     with pytest.raises(br.ReconError, match=message):
         br.ReconConfig(**settings)
+
+
+def test_out_of_memory_is_a_clear_error_that_names_the_remedies(monkeypatch):
+    def model(y=None):
+        mu = numpyro.sample("mu", dist.Normal(0, 10))
+        with numpyro.plate("data", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, 1), obs=y)
+
+    def exhausted(_):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 31856209152 bytes.")
+
+    monkeypatch.setattr(jax, "block_until_ready", exhausted)
+    draws = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
+    config = br.ReconConfig(coarse_steps=1, steps=1, restarts=1)
+    with pytest.raises(br.ReconError, match=r"out of memory.*--points.*--max-draws.*--batch-size"):
+        br.reconstruct(model, draws, free=["y"], n_points=3, config=config)
