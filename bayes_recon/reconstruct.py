@@ -37,7 +37,7 @@ from bayes_recon.divergence import (
 from bayes_recon.draws import as_draws, check_draws
 from bayes_recon.errors import ReconError
 from bayes_recon.measure import WeightedMeasure
-from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
+from bayes_recon.optimise import HESSIAN_BATCH, OptimiserConfig, minimise, tree_where
 from bayes_recon.weighting import WeightedModel
 
 Array = jax.Array
@@ -318,7 +318,7 @@ def reconstruct(
             build_objective, weighted, layout, coordinates, estimator=estimator, n_slices=config.n_slices
         )
         return Objectives(
-            coarse=build(coarse_draws, seed=seed + 3),
+            coarse=build(coarse_draws, seed=seed + 3, side_by_side=HESSIAN_BATCH),
             full=build(draws, seed=seed + 1),
             minibatch=None if minibatch is None else build(draws, seed=seed + 1, batch_size=minibatch),
         )
@@ -330,11 +330,15 @@ def reconstruct(
     )
     responses, predict = response_predictor(model, layout, fixed, posterior_mean)
     searched = tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses))
+    unit = pseudo.initial(n_points, layout)
+    # each candidate is evaluated at two masses (pseudo.at_best_mass) on the subset of draws
+    per_candidate = 2 * min(config.coarse_draws, z.shape[0]) * unit.points.logit.size
     begin = Start(
-        pseudo.initial(n_points, layout),
-        partial(_with_responses, layout, responses, predict, pseudo.initial(n_points, layout).points),
+        unit,
+        partial(_with_responses, layout, responses, predict, unit.points),
         searched,
         tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
+        max(1, VALUE_BUDGET // (per_candidate * tangents(estimator, theta.shape[1], config.n_slices))),
     )
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
     on_step = _progress_hook(progress, stage_steps)
@@ -417,12 +421,19 @@ class Objectives(NamedTuple):
     minibatch: PseudoObjective | None
 
 
-# Draws × pseudo-points evaluated at once; above it the draws go in rematerialised chunks. kidiq at
-# M = N (434 points on 10,000 draws) is below it; earnings at M = N (1,192) ran out of 24 GB.
-DRAW_POINT_BUDGET = 5_000_000
-# The same for the grid search's values (no gradients): grid points × draws × pseudo-points. kidiq
-# at M = N evaluates 59 × 1,000 × 434 = 2.6e7 at once; earnings at M = N (7e7) asked for 29 GB.
-GRID_POINT_BUDGET = 30_000_000
+# Memory bounds, in draws × pseudo-points × d·t, where d is the number of parameters and t the
+# estimator's tangents (d for the exact trace, else the slices): a value takes about d·t numbers per
+# draw and point (a d × d Hessian), a gradient d times that. Above a bound the draws (or the grid's
+# candidates) go in rematerialised chunks. Calibrated at d = 3: earnings at M = N (1,192 points on
+# 10,000 draws, 59 candidates on 1,000) asked for 31 GB unchunked; at d = 10 nes2000 asked for 32 GB
+# at M = 50 (200 points) before the dimension was counted. kidiq (d = 3) stays below both at M = N.
+GRADIENT_BUDGET = 135_000_000  # draws × points × d²·t
+VALUE_BUDGET = 270_000_000  # grid candidates × draws × points × d·t
+
+
+def tangents(estimator: Estimator, dim: int, n_slices: int) -> int:
+    """d·t: numbers per draw and pseudo-point in one evaluation of the objective's value."""
+    return dim * (dim if estimator == "exact" else n_slices)
 
 
 def build_objective(
@@ -434,11 +445,13 @@ def build_objective(
     n_slices: int,
     seed: int,
     batch_size: int | None = None,
+    side_by_side: int = 1,
 ) -> PseudoObjective:
     """J(params; base points, key): the score-matching objective of the weighted posterior.
 
     With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key;
     otherwise all draws with slices fixed once (from ``seed``), so the objective is deterministic.
+    ``side_by_side``: how many of its gradients run at once (Newton's Hessian columns), for memory.
     """
     n_draws, dim = draws.shape
     sliced = estimator != "exact"
@@ -447,7 +460,8 @@ def build_objective(
     def objective(params: pseudo.Pseudo, base: Array, batch_key: Array) -> Array:
         points, w = pseudo.measure(layout, params, base)
         log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
-        at_once = max(1, DRAW_POINT_BUDGET // w.shape[0])
+        per_draw = side_by_side * w.shape[0] * dim * tangents(estimator, dim, n_slices)
+        at_once = max(1, GRADIENT_BUDGET // per_draw)
         if batch_size is None:
             return score_matching_objective(log_q, draws, fixed_slices, estimator, at_once)
         rows_key, slices_key = jax.random.split(batch_key)
@@ -517,6 +531,7 @@ class Start(NamedTuple):
     with_responses: Callable[[pseudo.Cloud, Array], pseudo.Cloud]  # (cloud, base points) → cloud
     searched: tuple[int, ...]  # the covariates' coordinates
     located: tuple[int, ...]  # the covariates whose support has no centre: their location is searched too
+    grid_at_once: int  # grid candidates evaluated together (memory)
 
 
 def _stages(
@@ -558,14 +573,12 @@ def _stages(
     def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
         return begin.with_responses(cloud, base)
 
-    # draws × pseudo-points per grid point, evaluated twice (at two masses; see pseudo.at_best_mass)
-    subset_size = 2 * config.coarse_draws * start.points.logit.size
     scaled = pseudo.search_scales(
         lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
         start.cloud,
         begin.searched,
         begin.located,
-        at_once=max(1, GRID_POINT_BUDGET // subset_size),
+        at_once=begin.grid_at_once,
     )
 
     # Three Newton stages on the cloud. With covariates of unknown location, their shape first, at
