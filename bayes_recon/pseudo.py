@@ -280,8 +280,7 @@ def search_scales(
         return at_best_mass(objective, candidate, prior_value)
 
     def best(candidates: Cloud) -> Cloud:
-        values, candidates = map_in_chunks(profiled, candidates, at_once)
-        values = jnp.where(jnp.isfinite(values), values, jnp.inf)
+        values, candidates = map_in_chunks(profiled, candidates, at_once)  # non-finite: already inf
         return jax.tree_util.tree_map(lambda leaf: leaf[jnp.argmin(values)], candidates)
 
     def scale(cloud: Cloud, index: Array) -> Cloud:

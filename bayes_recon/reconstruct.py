@@ -338,7 +338,7 @@ def reconstruct(
         partial(_with_responses, layout, responses, predict, unit.points),
         searched,
         tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
-        max(1, VALUE_BUDGET // (per_candidate * tangents(estimator, theta.shape[1], config.n_slices))),
+        max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
     )
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
     on_step = _progress_hook(progress, stage_steps)
@@ -431,7 +431,7 @@ GRADIENT_BUDGET = 135_000_000  # draws × points × d²·t
 VALUE_BUDGET = 270_000_000  # grid candidates × draws × points × d·t
 
 
-def tangents(estimator: Estimator, dim: int, n_slices: int) -> int:
+def value_size(estimator: Estimator, dim: int, n_slices: int) -> int:
     """d·t: numbers per draw and pseudo-point in one evaluation of the objective's value."""
     return dim * (dim if estimator == "exact" else n_slices)
 
@@ -460,7 +460,7 @@ def build_objective(
     def objective(params: pseudo.Pseudo, base: Array, batch_key: Array) -> Array:
         points, w = pseudo.measure(layout, params, base)
         log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
-        per_draw = side_by_side * w.shape[0] * dim * tangents(estimator, dim, n_slices)
+        per_draw = side_by_side * w.shape[0] * dim * value_size(estimator, dim, n_slices)
         at_once = max(1, GRADIENT_BUDGET // per_draw)
         if batch_size is None:
             return score_matching_objective(log_q, draws, fixed_slices, estimator, at_once)
