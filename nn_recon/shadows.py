@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, vmap
 
 from nn_recon.dp import DPConfig, noise_multiplier
 from nn_recon.errors import ReconInputError
@@ -131,12 +132,78 @@ def unflatten(flat: torch.Tensor, config: FarmConfig) -> dict[str, torch.Tensor]
     }
 
 
-def _batches(config: FarmConfig, n: int, epoch: int) -> list[torch.Tensor]:
-    """Index batches of one epoch over the n = |D⁻| + 1 points (the target is index n - 1)."""
+def _batches(config: FarmConfig, n: int, epoch: int) -> list[torch.Tensor | slice]:
+    """Row batches of one epoch over the n = |D⁻| + 1 points (the target is row n - 1); the whole
+    set is ``slice(None)``, so full-batch training indexes nothing."""
     if config.batch_size is None:
-        return [torch.arange(n)]
+        return [slice(None)]
     generator = torch.Generator().manual_seed(config.batch_seed * 1_000_003 + epoch)
     return list(torch.randperm(n, generator=generator).split(config.batch_size))
+
+
+def _activate(activation: str, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """f(z) and f'(z). ELU's share one exp: with e = exp(min(z, 0)), f = relu(z) + e - 1 and f' = e."""
+    if activation == "elu":
+        slope = z.clamp(max=0).exp_()
+        return torch.relu(z).add_(slope).sub_(1), slope
+    if activation == "relu":
+        return torch.relu(z), (z > 0).to(z.dtype)  # 0 at z = 0, as torch's
+    value = torch.tanh(z)
+    return value, 1 - value.square()
+
+
+@dataclass
+class _TailGradients:
+    """Per-example gradients of the summed cross-entropy, examples on the last axis, never summed:
+    ``pre`` wrt the input layer's pre-activations (k, h, n), ``outputs[l]`` wrt tail layer l's
+    outputs (k, o, n) and ``inputs[l]`` that layer's inputs (k, i, n), so layer l's weight gradient
+    of example j is outputs[l][..., j] ⊗ inputs[l][..., j]."""
+
+    pre: torch.Tensor
+    outputs: list[torch.Tensor]
+    inputs: list[torch.Tensor]
+
+    def clip(self, clip_norm: float, input_squared_norms: torch.Tensor) -> None:
+        """Scale example j's gradient to norm at most ``clip_norm`` (DP's clipping). Its squared norm
+        comes from ‖x̃_j‖² (x̃ with the bias' constant 1) without forming the gradient: the
+        input layer's part is ‖∂pre_j‖²‖x̃_j‖², a tail layer's ‖∂out_j‖²(‖in_j‖² + 1)."""
+        squared = self.pre.square().sum(1) * input_squared_norms
+        for g, a in zip(self.outputs, self.inputs, strict=True):
+            squared = squared + g.square().sum(1) * (a.square().sum(1) + 1)
+        factors = (clip_norm / squared.sqrt()).clamp(max=1.0)[:, None]
+        self.pre = self.pre * factors
+        self.outputs = [g * factors for g in self.outputs]
+
+    def summed(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """The tail parameters' gradients summed over the examples, by parameter name."""
+        grads = {}
+        for name, g, a in zip(names, self.outputs, self.inputs, strict=True):
+            grads[f"{name}.weight"] = torch.bmm(g, a.transpose(1, 2))
+            grads[f"{name}.bias"] = g.sum(-1)
+        return grads
+
+
+def _tail_gradients(
+    activation: str, layers: list[tuple[torch.Tensor, torch.Tensor]], pre: torch.Tensor, onehot: torch.Tensor
+) -> _TailGradients:
+    """Forward and backward through the tail (activation, linear, ...) of k models at once.
+
+    ``pre`` (k, h, n), ``layers`` [(weight (k, o, i), bias (k, o))], ``onehot`` (k or 1, c, n)."""
+    inputs, slopes, h = [], [], pre
+    for weight, bias in layers:
+        value, slope = _activate(activation, h)
+        inputs.append(value)
+        slopes.append(slope)
+        h = torch.baddbmm(bias[..., None], weight, value)
+    g = torch.softmax(h, dim=1).sub_(onehot)  # d cross-entropy / d logits
+    outputs = []
+    for (weight, _), slope in zip(reversed(layers), reversed(slopes), strict=True):
+        outputs.append(g)
+        g = torch.bmm(weight.transpose(1, 2), g).mul_(slope)
+    return _TailGradients(g, outputs[::-1], inputs)
+
+
+BLOCK_NUMBERS = 1 << 20  # numbers in one block's pre-activations: 4 MB in float32 stays in cache
 
 
 def train_models(
@@ -152,81 +219,121 @@ def train_models(
 
     Gradient descent with momentum on the mean cross-entropy (of the batch), or DP-GD when
     ``config.dp`` is private (then ``noise_seed`` fixes the Gaussian noise).
+
+    The input layer is trained in its dual form. With x̃ = (x, 1), its weights (the bias as their
+    last column) only ever move along the training inputs, W̃ = W̃₀ + Σ_j A_j x̃_jᵀ (plus the DP
+    noise, kept apart): gradient descent on W̃ is gradient descent on the coefficients A with the
+    pre-activations' gradients as theirs, and the pre-activations W̃x̃_i = W̃₀x̃_i + Σ_j A_j ⟨x̃_j, x̃_i⟩
+    are one product with the Gram matrix of D⁻, which all models share: an m²·k·h product an epoch
+    (m = |D⁻|) in place of a forward and a backward m·d·k·h one. Models run in blocks small enough
+    to stay in cache.
     """
-    network = config.network()
-    x_minus, targets_x = x_minus.flatten(1), targets_x.flatten(1)
-    n = len(x_minus) + 1
-    sigma = noise_multiplier(config.dp, config.epochs * len(_batches(config, n, 0)))
-    generator = torch.Generator().manual_seed(noise_seed)
+    dtype = params["first.weight"].dtype
+    inputs = F.pad(x_minus.flatten(1).to(dtype), (0, 1), value=1.0)  # x̃ = (x, 1)
+    onehot = F.one_hot(y_minus, config.widths[-1]).T.to(dtype)[None]
+    shared = _SharedData(inputs, inputs @ inputs.T, onehot)
+    targets = F.pad(targets_x.flatten(1).to(dtype), (0, 1), value=1.0)
+    block = max(1, BLOCK_NUMBERS // (config.widths[1] * (len(inputs) + 1)))
+    trained = []
+    for index, start in enumerate(range(0, len(targets), block)):
+        rows = slice(start, start + block)
+        seed = int(np.random.SeedSequence([noise_seed, index]).generate_state(1)[0])
+        block_params = {name: p[rows] for name, p in params.items()}
+        generator = torch.Generator().manual_seed(seed)
+        trained.append(_train_block(config, shared, targets[rows], targets_y[rows], block_params, generator))
+    return {name: torch.cat([t[name] for t in trained]) for name in params}
 
-    def tail_loss(tail_params, pre_activation, y):
-        return F.cross_entropy(
-            functional_call(network.tail, tail_params, (pre_activation,)), y, reduction="sum"
-        )
 
-    def example_tail_loss(tail_params, pre_activation, y):
-        return tail_loss(tail_params, pre_activation[None], y[None])
+@dataclass(frozen=True)
+class _SharedData:
+    """D⁻ as every block of models sees it: x̃ (m, d + 1), its Gram matrix and one-hot labels (1, c, m)."""
 
-    # pre-activations are laid out (n, k, h), the matrix product's own layout, so the tail's
-    # softmax and activations run on contiguous memory
-    shared_tail_gradient = vmap(grad(tail_loss, argnums=(0, 1)), in_dims=(0, 1, None), out_dims=(0, 1))
-    example_tail_gradient = vmap(
-        vmap(grad(example_tail_loss, argnums=(0, 1)), in_dims=(None, 0, 0)),
-        in_dims=(0, 1, None),
-        out_dims=(0, 1),
-    )
-    target_tail_gradient = vmap(grad(example_tail_loss, argnums=(0, 1)))
+    inputs: torch.Tensor
+    gram: torch.Tensor
+    onehot: torch.Tensor
 
-    def clip_factors(pre_gradients, inputs, tail_gradients, example_dims):
-        """min(1, C/‖g_i‖) per example. The input layer's per-example gradient is δ_i x_iᵀ (and δ_i for
-        its bias), so its squared norm is ‖δ_i‖²(‖x_i‖² + 1) without ever forming it."""
-        squared = pre_gradients.square().sum(-1) * (inputs.square().sum(-1) + 1)
-        squared = squared + sum(g.flatten(example_dims).square().sum(-1) for g in tail_gradients.values())
-        return (config.dp.clip_norm / squared.sqrt()).clamp(max=1.0)
+    @property
+    def squared_norms(self) -> torch.Tensor:
+        return self.gram.diagonal()
 
-    def batched_gradient(p, x, y, has_target):
-        """Σ_batch ∇ loss for every model, each example's gradient clipped when training with DP.
 
-        The input layer's forward pass and weight gradient are one matrix product each over all
-        models (x is shared); the small tail is vmapped."""
-        w, b = p["first.weight"], p["first.bias"]
-        tail_params = {name.removeprefix("tail."): q for name, q in p.items() if name.startswith("tail.")}
-        pre = torch.einsum("nd,khd->nkh", x, w) + b
-        t_tail, t_pre = target_tail_gradient(
-            tail_params, torch.einsum("kd,khd->kh", targets_x, w) + b, targets_y
-        )
-        if config.dp.private:
-            g_tail, g_pre = example_tail_gradient(tail_params, pre, y)  # (k, n, ...) and (n, k, h)
-            factors = clip_factors(g_pre.transpose(0, 1), x, g_tail, 2)  # (k, n)
-            g_pre = g_pre * factors.T[:, :, None]
-            g_tail = {name: torch.einsum("kn...,kn->k...", g, factors) for name, g in g_tail.items()}
-            t_factors = clip_factors(t_pre, targets_x, t_tail, 1)  # (k,)
-            t_pre = t_pre * t_factors[:, None]
-            t_tail = {name: g * t_factors.view(-1, *[1] * (g.ndim - 1)) for name, g in t_tail.items()}
-        else:
-            g_tail, g_pre = shared_tail_gradient(tail_params, pre, y)
-        t_pre = has_target * t_pre
-        grads = {
-            "first.weight": torch.einsum("nkh,nd->khd", g_pre, x) + t_pre[:, :, None] * targets_x[:, None],
-            "first.bias": g_pre.sum(0) + t_pre,
-        }
-        return grads | {f"tail.{name}": g + has_target * t_tail[name] for name, g in g_tail.items()}
+def _train_block(
+    config: FarmConfig,
+    shared: _SharedData,
+    targets: torch.Tensor,
+    targets_y: torch.Tensor,
+    params: dict[str, torch.Tensor],
+    generator: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """``train_models`` for one block of k models; ``targets`` are the x̃ of their targets (k, d + 1)."""
+    m = len(shared.inputs)
+    private = config.dp.private
+    tail_names = [f"tail.{name}" for name, module in config.network().tail.named_children()
+                  if isinstance(module, nn.Linear)]  # fmt: skip
+    initial = torch.cat([params["first.weight"], params["first.bias"][..., None]], dim=-1)  # W̃₀ (k, h, d+1)
+    initial_pre = initial @ shared.inputs.T  # (k, h, m)
+    initial_pre_target = (initial @ targets[..., None])[..., 0]  # (k, h)
+    cross = targets @ shared.inputs.T  # ⟨x̃_target, x̃_j⟩ (k, m)
+    target_squared = targets.square().sum(1, keepdim=True)
+    onehot_target = F.one_hot(targets_y, config.widths[-1]).to(targets.dtype)[..., None]  # (k, c, 1)
+    tail = {name: params[name].clone() for name in params if name.startswith("tail.")}
+    state = {
+        "coefficients": torch.zeros_like(initial_pre),  # A of D⁻
+        "target_coefficients": torch.zeros_like(initial_pre_target),
+        **({"noise": torch.zeros_like(initial)} if private else {}),  # DP noise's part of W̃
+        **tail,
+    }
+    velocity = {name: torch.zeros_like(p) for name, p in state.items()}
+    sigma = noise_multiplier(config.dp, config.epochs * len(_batches(config, m + 1, 0)))
 
-    params = {name: p.clone() for name, p in params.items()}
-    velocity = {name: torch.zeros_like(p) for name, p in params.items()}
+    def pre_activations(minus: slice | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """W̃x̃ on the D⁻ rows ``minus`` (k, h, rows) and on each model's target (k, h)."""
+        coefficients = state["coefficients"]
+        start = initial_pre[..., minus]
+        pre = torch.addmm(start.reshape(-1, start.shape[-1]), coefficients.view(-1, m), shared.gram[:, minus])
+        pre = pre.view(start.shape).addcmul_(state["target_coefficients"][..., None], cross[:, None, minus])
+        pre_target = initial_pre_target + (coefficients @ cross[..., None])[..., 0]
+        pre_target.addcmul_(state["target_coefficients"], target_squared)
+        if private:
+            pre += state["noise"] @ shared.inputs[minus].T
+            pre_target += (state["noise"] @ targets[..., None])[..., 0]
+        return pre, pre_target
+
     for epoch in range(config.epochs):
-        for batch in _batches(config, n, epoch):
-            rows = batch[batch < n - 1]
-            has_target = float(len(rows) < len(batch))
-            grads = batched_gradient(params, x_minus[rows], y_minus[rows], has_target)
-            if config.dp.private:
-                for g in grads.values():
-                    g.add_(torch.randn(g.shape, generator=generator), alpha=sigma * config.dp.clip_norm)
-            with torch.no_grad():
-                for name, p in params.items():
-                    velocity[name].mul_(config.momentum).add_(grads[name], alpha=1.0 / len(batch))
-                    p.sub_(velocity[name], alpha=config.lr)
-    return params
+        for batch in _batches(config, m + 1, epoch):
+            if isinstance(batch, slice):
+                minus, has_target, size = batch, True, m + 1
+            else:
+                minus, has_target, size = batch[batch < m], bool((batch == m).any()), len(batch)
+            layers = [(state[f"{name}.weight"], state[f"{name}.bias"]) for name in tail_names]
+            pre, pre_target = pre_activations(minus)
+            grads = _tail_gradients(config.activation, layers, pre, shared.onehot[..., minus])
+            if private:
+                grads.clip(config.dp.clip_norm, shared.squared_norms[minus])
+            step = {"coefficients": grads.pre, **grads.summed(tail_names)}
+            if has_target:
+                target = _tail_gradients(config.activation, layers, pre_target[..., None], onehot_target)
+                if private:
+                    target.clip(config.dp.clip_norm, target_squared)
+                for name, g in target.summed(tail_names).items():
+                    step[name] = step[name] + g
+                step["target_coefficients"] = target.pre[..., 0]
+            if private:
+                for name in ("noise", *tail):
+                    noise = torch.randn(state[name].shape, generator=generator, dtype=initial.dtype)
+                    step[name] = step.get(name, 0) + sigma * config.dp.clip_norm * noise
+            for name, p in state.items():
+                v = velocity[name].mul_(config.momentum)
+                if name == "coefficients" and not isinstance(minus, slice):
+                    v.index_add_(-1, minus, step[name], alpha=1.0 / size)
+                elif name in step:
+                    v.add_(step[name], alpha=1.0 / size)
+                p.sub_(v, alpha=config.lr)
+    weights = initial + state["coefficients"] @ shared.inputs
+    weights += state["target_coefficients"][..., None] * targets[:, None]
+    if private:
+        weights += state["noise"]
+    return {"first.weight": weights[..., :-1], "first.bias": weights[..., -1], **tail}
 
 
 def train_one_model(
