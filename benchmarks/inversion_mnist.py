@@ -3,7 +3,9 @@
 Private digits 0–4 train the target (3 conv layers) and the evaluation model (5 conv layers); public
 digits 5–9 train the GANs and the augmented models (2 and 4 conv layers, distilled from the target).
 Each row attacks every private class with ``--restarts`` latents, repeated over ``--seeds`` seeds:
-attack accuracy of the evaluation model (top-1 mean ± sd over seeds, top-5), KNN distance, wall time.
+attack accuracy of the evaluation model (top-1 mean ± sd over seeds, top-5), KNN distance, wall time,
+and the top-1 accuracy of a second evaluation model trained on all ten digits, which can tell an
+inverted image that looks like a public digit from one of its private class.
 The classifiers and GANs are trained once, reported separately, and cached under ``--workdir``, so a
 rerun only attacks. The paper: GMI 8.0 % → +LOMMA 80.8 %, KEDMI 46.4 % → +LOMMA 100 %.
 
@@ -39,27 +41,43 @@ ROW_NAMES = {"ce": "", "lom": " + LOM", "ma": " + MA", "lomma": " + LOMMA"}
 
 
 def table(rows: list[dict]) -> str:
-    """Table A.1's rows: attack accuracy (top-1 mean ± sd over seeds, top-5), KNN distance, paper, time."""
-    header = ("Method", "top-1 % (± sd)", "top-5 %", "KNN dist", "paper top-1", "time s")
-    lines = [f"{header[0]:16} {header[1]:>16} {header[2]:>8} {header[3]:>9} {header[4]:>12} {header[5]:>7}"]
+    """Table A.1's rows: attack accuracy (top-1 mean ± sd over seeds, top-5), KNN distance, paper, time;
+    and top-1 (mean ± sd) under the all-digits evaluation model."""
+    header = ("Method", "top-1 % (± sd)", "top-5 %", "KNN dist", "paper top-1", "all-10 top-1 %", "time s")
+    widths = (16, 16, 8, 9, 12, 16, 7)
+    lines = [
+        " ".join(
+            f"{h:{'' if i == 0 else '>'}{w}}" for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        )
+    ]
     lines.append("-" * len(lines[0]))
     for row in rows:
         paper = PAPER_TOP1.get((row["method"], row["loss"]))
         accuracy = f"{100 * row['top1']:.1f} ± {100 * row['top1_sd']:.1f}"
+        all_digits = f"{100 * row['top1_all_digits']:.1f} ± {100 * row['top1_all_digits_sd']:.1f}"
         lines.append(
             f"{row['method'].upper() + ROW_NAMES[row['loss']]:16} {accuracy:>16} {100 * row['top5']:>8.1f} "
-            f"{row['knn']:>9.2f} {'' if paper is None else f'{paper:.1f}':>12} {row['seconds']:>7.0f}"
+            f"{row['knn']:>9.2f} {'' if paper is None else f'{paper:.1f}':>12} {all_digits:>16} "
+            f"{row['seconds']:>7.0f}"
         )
     return "\n".join(lines)
 
 
 def bar_checks(rows: list[dict]) -> dict[str, bool]:
-    """The issue's bars: +LOMMA accuracy, and every variant above its baseline (the paper's signs)."""
-    top1 = {(r["method"], r["loss"]): 100 * r["top1"] for r in rows}
-    checks = {f"{m} + LOMMA top-1 >= {bar:.0f} %": top1[m, "lomma"] >= bar for m, bar in BARS.items()}
-    for method in METHODS:
-        for loss in LOSSES[1:]:
-            checks[f"{method} + {loss.upper()} above the baseline"] = top1[method, loss] > top1[method, "ce"]
+    """The issue's bars: +LOMMA accuracy, and every variant above its baseline (the paper's signs),
+    under the evaluation model of the private classes and under the all-digits one."""
+    checks = {}
+    for metric, evaluator in (
+        ("top1", "private-class evaluator"),
+        ("top1_all_digits", "all-digits evaluator"),
+    ):
+        top1 = {(r["method"], r["loss"]): 100 * r[metric] for r in rows}
+        for m, bar in BARS.items():
+            checks[f"{m} + LOMMA top-1 >= {bar:.0f} % ({evaluator})"] = top1[m, "lomma"] >= bar
+        for method in METHODS:
+            for loss in LOSSES[1:]:
+                name = f"{method} + {loss.upper()} above the baseline ({evaluator})"
+                checks[name] = top1[method, loss] > top1[method, "ce"]
     return checks
 
 

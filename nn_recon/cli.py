@@ -491,7 +491,7 @@ def _gan(args: argparse.Namespace) -> int:
 
     config, setting = _setting(args, train=True)
     for name, value in test_accuracies(setting, config).items():
-        _say(f"{name}: private test accuracy {value:.3f}")
+        _say(f"{name}: test accuracy {value:.3f}")
     gan = prepare_gan(
         GanConfig(args.kind, args.latent_dim, args.width, args.steps, args.batch_size, args.lr, args.seed),
         setting,
@@ -545,7 +545,9 @@ def _invert(args: argparse.Namespace) -> int:
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
     s = report.summary()
     _say(f"{args.method}+{args.loss}: top-1 {100 * s['top1']:.1f} ± {100 * s['top1_sd']:.1f} %, "
-         f"top-5 {100 * s['top5']:.1f} %, KNN distance {s['knn']:.4g} ({report.seconds:.0f} s)")  # fmt: skip
+         f"top-5 {100 * s['top5']:.1f} %, KNN distance {s['knn']:.4g}; all-digits evaluator top-1 "
+         f"{100 * s['top1_all_digits']:.1f} ± {100 * s['top1_all_digits_sd']:.1f} % "
+         f"({report.seconds:.0f} s)")  # fmt: skip
     _say(f"saved {report.save(args.out)}")
     return 0
 

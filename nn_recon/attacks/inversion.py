@@ -36,18 +36,25 @@ from nn_recon.train import TrainedModel, accuracy, load_model, save_model
 
 METHODS = ("gmi", "kedmi")
 LOSSES = ("ce", "lom", "ma", "lomma")
-MODEL_NAMES = ("target", "evaluation", "augmented-0", "augmented-1")
+MODEL_NAMES = ("target", "evaluation", "augmented-0", "augmented-1", "evaluation-all-digits")
 
 
 @dataclass(frozen=True)
 class SettingConfig:
-    """The private/public split and the four classifiers. Defaults: all of MNIST's training images,
-    a 3-conv target, a 5-conv evaluation model, 2- and 4-conv augmented models, 2 epochs of Adam."""
+    """The private/public split and the five classifiers. Defaults: all of MNIST's training images,
+    a 3-conv target, a 5-conv evaluation model, 2- and 4-conv augmented models, and a second 5-conv
+    evaluation model of all ten digits; 2 epochs of Adam.
+
+    The evaluation model of the private classes must call every image one of them, so an inverted
+    image that looks like a public digit (a 6 the target takes for a 0) still scores if both models
+    lean the same way. The all-digits model, trained on every training image with its digit, can
+    answer "that is a 6": its accuracy is the stricter test of whether an image shows its class."""
 
     private_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
     target: str = "cnn:32,64,128"
     evaluation: str = "cnn:32,64,128,256,256"
     augmented: tuple[str, ...] = ("cnn:32,64", "cnn:32,64,128,256")
+    all_digits_evaluation: str = "cnn:32,64,128,256,256"
     epochs: int = 2
     batch_size: int = 128
     lr: float = 1e-3
@@ -124,11 +131,12 @@ def fit_classifier(
 
 @dataclass
 class Setting:
-    """The four classifiers, the data they came from, and how long each took to train (when it was)."""
+    """The five classifiers, the data they came from, and how long each took to train (when it was)."""
 
     target: TrainedModel
     evaluation: TrainedModel
     augmented: list[TrainedModel]
+    all_digits_evaluation: TrainedModel
     private: TaskData
     public: np.ndarray
     seconds: dict[str, float]
@@ -156,38 +164,54 @@ def prepare_setting(config: SettingConfig, workdir: str | Path, train: bool = Tr
     """Load the classifiers from ``workdir``, training (and saving) those not there yet if ``train``."""
     workdir = Path(workdir)
     private, public = load_split(config)
-    mean, shape, k = private.mean, private.images.shape[1:], private.num_classes
+    mean, shape = private.mean, private.images.shape[1:]
     timings_file = workdir / "timings.json"
     seconds = json.loads(timings_file.read_text()) if timings_file.exists() else {}
     models: dict[str, TrainedModel] = {}
-    specs = dict(zip(MODEL_NAMES, (config.target, config.evaluation, *config.augmented), strict=True))
-    for index, (name, spec) in enumerate(specs.items()):
+    specs = (config.target, config.evaluation, *config.augmented, config.all_digits_evaluation)
+    for index, (name, spec) in enumerate(zip(MODEL_NAMES, specs, strict=True)):
         path = workdir / f"{name}.pt"
         if not _missing(path, train):
             models[name] = load_model(path)
             if models[name].config != asdict(config):
                 raise ReconInputError(f"{path} was trained for another setting; use another --workdir")
             continue
-        distilled = name.startswith("augmented")
-        images = public if distilled else private.images
-        targets = soft_labels(models["target"], public) if distilled else private.labels
-        architecture = Architecture.parse(spec, shape, k)
+        classes = private.classes
+        if name.startswith("augmented"):  # distilled from the target on public images
+            images, targets = public, soft_labels(models["target"], public)
+        elif name == "evaluation-all-digits":
+            images, targets = load_mnist("train", config.data_root)
+            classes = tuple(str(digit) for digit in range(10))
+        else:
+            images, targets = private.images, private.labels
+        architecture = Architecture.parse(spec, shape, len(classes))
         checkpoint = path.with_suffix(".ckpt")
         seed = config.seed + index
-        model = fit_classifier(architecture, images, targets, mean, private.classes, config, seed, checkpoint)
+        model = fit_classifier(architecture, images, targets, mean, classes, config, seed, checkpoint)
         models[name] = model
         save_model(model, path)
         seconds[name] = model.seconds
         timings_file.write_text(json.dumps(seconds, indent=2))
-    augmented = [models[name] for name in MODEL_NAMES[2:]]
-    return Setting(models["target"], models["evaluation"], augmented, private, public, seconds)
+    augmented = [models[name] for name in MODEL_NAMES[2:4]]
+    return Setting(
+        models["target"],
+        models["evaluation"],
+        augmented,
+        models["evaluation-all-digits"],
+        private,
+        public,
+        seconds,
+    )
 
 
 def test_accuracies(setting: Setting, config: SettingConfig) -> dict[str, float]:
-    """Each classifier's accuracy on the private classes of MNIST's test split."""
+    """Each classifier's accuracy on MNIST's test split: on the private classes, and the all-digits
+    evaluation model on all ten digits."""
     test, _ = load_split(replace(config, per_class=None), "test")
-    models = dict(zip(MODEL_NAMES, (setting.target, setting.evaluation, *setting.augmented), strict=True))
-    return {name: accuracy(model, test.images, test.labels) for name, model in models.items()}
+    models = zip(MODEL_NAMES[:4], (setting.target, setting.evaluation, *setting.augmented), strict=True)
+    accuracies = {name: accuracy(model, test.images, test.labels) for name, model in models}
+    images, digits = load_mnist("test", config.data_root)
+    return accuracies | {MODEL_NAMES[-1]: accuracy(setting.all_digits_evaluation, images, digits)}
 
 
 def gan_path(workdir: str | Path, kind: str) -> Path:
@@ -332,10 +356,14 @@ def invert(config: InversionConfig, gan: Gan, setting: Setting) -> dict[int, Wei
 
 
 class Evaluator:
-    """Attack accuracy and KNN distance under the evaluation model; the private features computed once."""
+    """Attack accuracy and KNN distance under the evaluation model, and top-1 accuracy under the
+    all-digits evaluation model (class c counts as correct only as its own digit); the private
+    features computed once."""
 
     def __init__(self, setting: Setting) -> None:
         self.model, self.private = setting.evaluation, setting.private
+        self.all_digits = setting.all_digits_evaluation
+        self.digits = np.array([int(c) for c in self.private.classes])
         self.private_features = self.features(self.private.images)
 
     def features(self, images: np.ndarray) -> np.ndarray:
@@ -346,10 +374,13 @@ class Evaluator:
         labels = np.concatenate([np.full(len(m), c) for c, m in measures.items()])
         features = self.features(images)
         logits = self.model.network.readout(torch.as_tensor(features)).detach().numpy()
+        all_digits = _in_batches(torch.nn.Module.__call__, self.all_digits, images).numpy()
         return {
             "top1": top_k_accuracy(logits, labels, 1),
             "top5": top_k_accuracy(logits, labels, 5),
             "knn": float(knn_distance(features, labels, self.private_features, self.private.labels).mean()),
+            "top1_all_digits": top_k_accuracy(all_digits, self.digits[labels], 1),
+            "top5_all_digits": top_k_accuracy(all_digits, self.digits[labels], 5),
         }
 
 
