@@ -1,10 +1,11 @@
 """The shadow-model farm: θ_k = A(D⁻ ∪ {z_k}) for many targets z_k, trained as one batched computation.
 
-One network definition (:class:`ClassifierMLP`) serves everything through
-``torch.func.functional_call``: the K models of a chunk are a dict of stacked parameters and one
-``vmap`` of the per-model gradient trains them all at once (the shared D⁻ is not copied per
-model; only the target term differs). The released model under attack is trained by the same
-code, so the adversary's shadow models follow exactly the released training algorithm A.
+One network definition (:class:`ClassifierMLP`) fixes the parameters; the K models of a chunk are
+a dict of stacked parameters, trained together by :func:`train_models`: the input layer in its dual
+form (one product with the Gram matrix of the shared D⁻ per epoch for all models; only the target
+term differs), the small tail written out with the examples on the last axis. The released model
+under attack is trained by the same code, so the adversary's shadow models follow exactly the
+released training algorithm A.
 
 A farm on disk is a folder with ``farm.json`` (the configuration) and one ``chunk_XXXXX.pt`` per
 chunk of targets. Chunks are independent, so a stopped run resumes at the first missing chunk, a
