@@ -27,6 +27,7 @@ DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
 # the choices come from ReconConfig itself.
 CONFIG_OPTIONS = {
     "restarts": "independent restarts; the one with the lowest objective is kept",
+    "restarts_at_once": "restarts batched together (default: all on an accelerator, 1 on a CPU)",
     "steps": "optimisation steps that move every point and weight",
     "estimator": "Fisher-divergence estimator (auto: exact up to 20 parameters)",
     "method": "optimiser of the final stage",
