@@ -150,7 +150,9 @@ NOTES = {
     "(MSE) than their nearest neighbour in the adversary's data. Grid: target, reconstruction, nearest "
     "neighbour.",
     "inversion": "Top-1/top-5: the evaluation classifier's accuracy on the inverted images; knn: their "
-    "feature distance to the nearest private image of their class. Grid: the first seed, one row a class.",
+    "feature distance to the nearest private image of their class; top1/top5_all_digits: the same accuracy "
+    "under a classifier of all ten digits, which can call an image a public digit. Grid: the first seed, "
+    "one row a class.",
     "glm": "Relative gradient norm: the training objective's gradient at the released parameters on the "
     "known points plus the reconstruction, relative to the size of its terms (0: exactly optimal). "
     "Candidate targets: 2 when a model without intercept fits two. Max relative error (when the true "
