@@ -37,9 +37,15 @@ def float64():
     torch.set_default_dtype(previous)
 
 
-@pytest.mark.parametrize("same_init", [True, False])
-def test_batched_training_equals_one_model_at_a_time(same_init):
-    config = FarmConfig(**{**CONFIG.to_dict(), "same_init": same_init})
+@pytest.mark.parametrize(
+    ("same_init", "widths", "activation"),
+    [(True, (12, 5, 3), "elu"), (False, (12, 5, 3), "elu"), (True, (12, 5, 4, 3), "tanh"),
+     (False, (12, 6, 4, 3), "relu")],
+)  # fmt: skip
+def test_batched_training_equals_one_model_at_a_time(same_init, widths, activation):
+    """The dual-form input layer and the hand-written tail train what torch.optim.SGD trains."""
+    config = FarmConfig(**{**CONFIG.to_dict(), "same_init": same_init, "widths": widths,
+                           "activation": activation})  # fmt: skip
     x_minus, y_minus, targets_x, targets_y = _data()
     start = initial_parameters(config, range(len(targets_x)))
     batched = train_models(config, x_minus, y_minus, targets_x, targets_y, start)
@@ -55,6 +61,16 @@ def test_batched_training_equals_one_model_at_a_time(same_init):
     assert not torch.allclose(batched["first.weight"][0], start["first.weight"][0])
     distinct_starts = not torch.equal(start["first.weight"][0], start["first.weight"][1])
     assert distinct_starts == (not same_init)
+
+
+def test_models_trained_in_blocks_equal_models_trained_together(monkeypatch):
+    x_minus, y_minus, targets_x, targets_y = _data(k=5)
+    start = initial_parameters(CONFIG, range(5))
+    together = train_models(CONFIG, x_minus, y_minus, targets_x, targets_y, start)
+    monkeypatch.setattr("nn_recon.shadows.BLOCK_NUMBERS", 2 * 5 * 31)  # blocks of two models
+    in_blocks = train_models(CONFIG, x_minus, y_minus, targets_x, targets_y, start)
+    for name in together:
+        torch.testing.assert_close(in_blocks[name], together[name], rtol=1e-12, atol=1e-14)
 
 
 def test_minibatch_training_uses_the_target_only_in_its_batches():
