@@ -7,7 +7,7 @@ RecoNN's mean MSE and success rate against the nearest-neighbour oracle, and the
 models' mean test accuracy. CPU time is scarce, so the defaults are smaller than the main
 benchmark (K shadows and targets are flags).
 
-    PYTHONPATH=. python benchmarks/dp_sweep.py --shadows 300 --targets 100 [--json PATH]
+    .venv/bin/python benchmarks/dp_sweep.py --shadows 2000 --targets 300 [--json PATH]
 """
 
 from __future__ import annotations
