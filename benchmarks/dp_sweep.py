@@ -30,8 +30,8 @@ from nn_recon.shadows import FarmConfig
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1, 10, 100, 1000, math.inf])
-    parser.add_argument("--shadows", type=int, default=300)
-    parser.add_argument("--targets", type=int, default=100)
+    parser.add_argument("--shadows", type=int, default=2000)
+    parser.add_argument("--targets", type=int, default=300)
     parser.add_argument("--clip-norm", type=float, default=1.0)
     parser.add_argument("--reconn-epochs", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
