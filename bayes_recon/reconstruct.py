@@ -4,8 +4,9 @@ Pipeline: check the model and draws → map draws to unconstrained (and standard
 → build the score-matching objective of the weighted posterior → start: responses drawn from the
 model's predictive at the posterior mean, orders of magnitude of the covariates and the mass from
 a grid → optimise the pseudo-data in two stages (the cloud alone by Newton, then every point and
-weight by L-BFGS), all restarts at once under ``vmap``, one compiled program → keep the restart
-with the lowest objective → return a :class:`WeightedMeasure` with its history.
+weight by L-BFGS), every restart in one compiled program (in sequence on a CPU, batched by ``vmap``
+on an accelerator) → keep the restart with the lowest objective → return a
+:class:`WeightedMeasure` with its history.
 """
 
 from __future__ import annotations
