@@ -207,6 +207,11 @@ def _tail_gradients(
 BLOCK_NUMBERS = 1 << 20  # numbers in one block's pre-activations: 4 MB in float32 stays in cache
 
 
+def models_per_block(config: FarmConfig, m: int) -> int:
+    """How many models train together on |D⁻| = m points: their pre-activations fill one block."""
+    return max(1, BLOCK_NUMBERS // (config.widths[1] * (m + 1)))
+
+
 def train_models(
     config: FarmConfig,
     x_minus: torch.Tensor,
@@ -234,7 +239,7 @@ def train_models(
     onehot = F.one_hot(y_minus, config.widths[-1]).T.to(dtype)[None]
     shared = _SharedData(inputs, inputs @ inputs.T, onehot)
     targets = F.pad(targets_x.flatten(1).to(dtype), (0, 1), value=1.0)
-    block = max(1, BLOCK_NUMBERS // (config.widths[1] * (len(inputs) + 1)))
+    block = models_per_block(config, len(inputs))
     trained = []
     for index, start in enumerate(range(0, len(targets), block)):
         rows = slice(start, start + block)
