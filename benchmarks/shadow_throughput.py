@@ -48,8 +48,15 @@ def main() -> None:
     parser.add_argument("--farm", type=int, default=0, help="also time one whole farm of this many models")
     parser.add_argument("--json", default="results/shadow_throughput.json")
     args = parser.parse_args()
+    if min(args.batched, args.single, args.repeats, *args.threads) < 1 or args.farm < 0:
+        parser.error("--batched, --single, --repeats and --threads must be >= 1, --farm >= 0")
     images, labels = load_mnist("train")
     x, y = torch.from_numpy(images), torch.from_numpy(labels)
+    if 1000 + max(args.batched, args.farm) > len(x):
+        parser.error(
+            f"MNIST has {len(x):,} training images: 1,000 form D⁻, so --batched and --farm can be at "
+            f"most {len(x) - 1000:,}"
+        )
     x_minus, y_minus = x[:1000], y[:1000]
     targets_x, targets_y = x[1000 : 1000 + args.batched], y[1000 : 1000 + args.batched]
     config = FarmConfig()
