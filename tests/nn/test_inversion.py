@@ -92,6 +92,29 @@ def test_top_k_accuracy_and_knn_distance_by_brute_force():
     assert np.allclose(knn_distance(features, feature_labels, reference, reference_labels), expected)
 
 
+def test_evaluator_scores_the_attacked_models_as_by_hand():
+    from bayes_recon.measure import WeightedMeasure
+    from nn_recon.attacks.inversion import Evaluator, Setting
+    from nn_recon.data import TaskData
+
+    target, other = _model("cnn:4,6", 0), _model("mlp:7", 1)
+    ten_classes = build_network(Architecture.parse("mlp:5", (1, 8, 8), 10), 2).double()
+    all_digits = TrainedModel(ten_classes, target.mean, tuple("0123456789"), 0.0, 0)
+    rng = np.random.default_rng(3)
+    private = TaskData(rng.random((12, 1, 8, 8)), rng.integers(0, 3, 12), ("0", "1", "2"))
+    setting = Setting(target, other, [target, other], all_digits, private, private.images, {})
+    images = rng.random((30, 1, 8, 8))
+    with torch.no_grad():
+        calls = {name: m.network(torch.as_tensor(images - 0.25)).argmax(1).numpy() for name, m in
+                 (("target", target), ("other", other))}  # fmt: skip
+    labels = calls["target"]  # every image labelled as the target calls it: its top-1 is 1
+    measures = {c: WeightedMeasure.empirical({"image": images[labels == c]}) for c in np.unique(labels)}
+    metrics = Evaluator(setting)(measures)
+    assert metrics["top1_target"] == 1.0
+    assert np.isclose(metrics["top1_augmented"], (1 + np.mean(calls["other"] == labels)) / 2)
+    assert metrics["top1_augmented"] < 1  # the two models disagree somewhere, or the check says nothing
+
+
 @pytest.mark.parametrize("kind", ["gmi", "kedmi"])
 def test_interrupted_gan_training_resumes_to_the_same_weights(tmp_path, monkeypatch, kind):
     images = np.random.default_rng(0).random((40, 1, 8, 8), dtype=np.float32)
