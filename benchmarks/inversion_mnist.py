@@ -118,6 +118,9 @@ def main() -> None:
     parser.add_argument("--workdir", default="results/inversion_mnist", help="cached models and GANs")
     parser.add_argument("--json", default=None, help="default: <workdir>/summary.json")
     args = parser.parse_args()
+    if min(args.seeds, args.restarts, args.steps, args.gan_steps, args.epochs, args.threads) < 1:
+        parser.error("--seeds, --restarts, --steps, --gan-steps, --epochs and --threads must be >= 1")
+    args.methods, args.losses = list(dict.fromkeys(args.methods)), list(dict.fromkeys(args.losses))
     torch.set_num_threads(args.threads)
     reduced = args.seeds < 5 or args.steps < InversionConfig.steps or args.restarts < RESTARTS
     partial = set(args.methods) != set(METHODS) or set(args.losses) != set(LOSSES)
