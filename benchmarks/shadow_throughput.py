@@ -38,6 +38,8 @@ from nn_recon.shadows import (
     train_one_model,
 )
 
+D_MINUS = 1000  # the first MNIST training images form the shared D⁻; the targets come after them
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -52,13 +54,13 @@ def main() -> None:
         parser.error("--batched, --single, --repeats and --threads must be >= 1, --farm >= 0")
     images, labels = load_mnist("train")
     x, y = torch.from_numpy(images), torch.from_numpy(labels)
-    if 1000 + max(args.batched, args.farm) > len(x):
+    if D_MINUS + max(args.batched, args.farm) > len(x):
         parser.error(
-            f"MNIST has {len(x):,} training images: 1,000 form D⁻, so --batched and --farm can be at "
-            f"most {len(x) - 1000:,}"
+            f"MNIST has {len(x):,} training images: {D_MINUS:,} form D⁻, so --batched and --farm can be "
+            f"at most {len(x) - D_MINUS:,}"
         )
-    x_minus, y_minus = x[:1000], y[:1000]
-    targets_x, targets_y = x[1000 : 1000 + args.batched], y[1000 : 1000 + args.batched]
+    x_minus, y_minus, pool_x, pool_y = x[:D_MINUS], y[:D_MINUS], x[D_MINUS:], y[D_MINUS:]
+    targets_x, targets_y = pool_x[: args.batched], pool_y[: args.batched]
     config = FarmConfig()
     single_params = initial_parameters(config, range(args.single))
     batched_params = initial_parameters(config, range(args.batched))
@@ -136,7 +138,7 @@ def main() -> None:
         )
     if args.farm:
         started = time.perf_counter()
-        build_farm(config, x_minus, y_minus, x[1000 : 1000 + args.farm], y[1000 : 1000 + args.farm])
+        build_farm(config, x_minus, y_minus, pool_x[: args.farm], pool_y[: args.farm])
         farm_seconds = time.perf_counter() - started
         print(f"whole farm of {args.farm:,} models ({args.threads[-1]} threads): {farm_seconds:.0f} s, "
               f"{args.farm / farm_seconds:.1f} models/s")  # fmt: skip
