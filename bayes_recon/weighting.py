@@ -1,9 +1,11 @@
 """The weighted pseudo-posterior q(θ) ∝ p(θ) Π_j p(x_j | θ)^{w_j}, built from an unmodified NumPyro model.
 
-Two small effects do the work: the user's data arguments are replaced by pseudo-data (plain
-keyword arguments), and :class:`weight_likelihood` scales every observed site's log-probability
-by the per-point weights. The log density is taken in NumPyro's unconstrained space, flattened
-to a vector, so that divergences are plain functions of ``(vector, pseudo-data, weights)``.
+Small effects do the work: the user's data arguments are replaced by pseudo-data (plain keyword
+arguments), :class:`weight_likelihood` scales every observed site's log-probability by the
+per-point weights, and :class:`relax_support` evaluates those log-probabilities without NumPyro's
+support mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient). The log
+density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
+plain functions of ``(vector, pseudo-data, weights)``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
+from numpyro.distributions import Distribution
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 from numpyro.primitives import Messenger
 
@@ -43,6 +46,33 @@ class weight_likelihood(Messenger):
             if extra_dims > 0 and jnp.ndim(w) == 1:  # the data-point axis is the leading batch axis
                 w = jnp.reshape(w, (-1,) + (1,) * extra_dims)
             msg["scale"] = w if msg["scale"] is None else msg["scale"] * w
+
+
+class relax_support(Messenger):
+    """Evaluate observed sites' log-probabilities by their formula, without the support mask.
+
+    NumPyro validates supports by default: ``log_prob`` of an out-of-support value is −∞, and its
+    gradient in θ is exactly zero, so a pseudo-count at 2.5 would silently drop out of the
+    posterior. A count, rate or probability model's formula (``xlogy(y, λ) − λ − lgamma(y + 1)``
+    for the Poisson) is the continuous relaxation whose value equals the model's own at the
+    integers: pseudo-data of such a column move over the reals of the relaxed support
+    (:func:`bayes_recon.supports.column_supports`). The user's distribution is not modified: the
+    site gets an unvalidated copy.
+    """
+
+    def process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "sample" and msg["is_observed"]:
+            msg["fn"] = unvalidated(msg["fn"])
+
+
+def unvalidated(fn: Any) -> Any:
+    """A shallow copy of a distribution (and of the distributions it wraps) with validation off."""
+    if not isinstance(fn, Distribution):
+        return fn
+    copy = object.__new__(type(fn))
+    copy.__dict__.update({k: unvalidated(v) for k, v in fn.__dict__.items()})
+    copy._validate_args = False
+    return copy
 
 
 def _is_jacobian_factor(msg: dict[str, Any]) -> bool:
@@ -82,14 +112,15 @@ class WeightedModel:
 
     def log_density(self, theta: Array, data: Mapping[str, Array], weights: Array) -> Array:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta``."""
-        weighted = weight_likelihood(self.model, weights=weights)
+        weighted = weight_likelihood(relax_support(self.model), weights=weights)
         return -potential_energy(weighted, (), self._kwargs(data), self.unravel(theta))
 
     def loglik_per_point(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """log p(x_j | θ) for every point j (summed over observed sites), θ unconstrained flat."""
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
         n = next(iter(data.values())).shape[0]
-        trace = handlers.trace(handlers.substitute(self.model, params)).get_trace(**self._kwargs(data))
+        relaxed = relax_support(handlers.substitute(self.model, params))
+        trace = handlers.trace(relaxed).get_trace(**self._kwargs(data))
         total = jnp.zeros(n)
         for site in trace.values():
             if site["type"] == "sample" and site["is_observed"]:
