@@ -15,13 +15,15 @@ unknown. Nothing about the true data may be assumed, so the scale is learned, in
 Points are z_j = shift + scale (u_j + r_j) in each column's unconstrained space, then mapped to
 the data's support (positive, bounded, real) by NumPyro's bijections.
 
-Binary columns (support ``constraints.boolean``, or :class:`Dummy` for the indicators of one
-categorical variable) are not relaxed to (0, 1), where the true data would sit on the boundary
-and the optimiser would chase infinite logits. They stratify the pseudo-data instead: each
-combination of 0/1 values (2^B of them, fewer when dummies of one variable exclude each other)
-gets M points with exact binary values and a cloud (and mass) of its own, so group sizes and
-within-group moments (an interaction term's statistics) are all in reach of the clouds. Every
-array below carries the leading stratum axis C (C = 1 without binary columns).
+Discrete columns of few values — binary (support ``constraints.boolean``, or :class:`Dummy` for the
+indicators of one categorical variable) and small integer ranges (a Categorical or ordinal
+response, ``constraints.integer_interval(0, K - 1)``) — are not relaxed to an interval, where the
+true data would sit on the boundary and the optimiser would chase infinite logits (and where a
+Categorical's log-probability is not even defined). They stratify the pseudo-data instead: each
+combination of their values (fewer when dummies of one variable exclude each other) gets M
+points with exact values and a cloud (and mass) of its own, so group sizes and within-group
+moments (an interaction term's statistics) are all in reach of the clouds. Every array below
+carries the leading stratum axis C (C = 1 without discrete columns).
 """
 
 from __future__ import annotations
@@ -95,13 +97,28 @@ class Dummy(constraints.Constraint):
         return hash(("Dummy", self.variable))
 
 
+def levels(support: Constraint) -> tuple[float, ...] | None:
+    """The values of a discrete column that stratifies the pseudo-data, or None for a continuous one."""
+    if support is constraints.boolean or isinstance(support, Dummy):
+        return (0.0, 1.0)
+    if isinstance(support, constraints._IntegerInterval):
+        low, high = (np.asarray(b) for b in (support.lower_bound, support.upper_bound))
+        if low.size == 1 and high.size == 1 and 0 <= high - low < MAX_STRATA:
+            return tuple(float(v) for v in range(int(low), int(high) + 1))
+    return None
+
+
+def is_discrete(support: Constraint) -> bool:
+    return levels(support) is not None
+
+
 def is_binary(support: Constraint) -> bool:
-    return support is constraints.boolean or isinstance(support, Dummy)
+    return levels(support) == (0.0, 1.0)
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Names, trailing shapes and supports of the free columns: D continuous and B binary coordinates."""
+    """Names, trailing shapes and supports of the free columns: D continuous and B discrete coordinates."""
 
     shapes: Mapping[str, tuple[int, ...]]
     supports: Mapping[str, Constraint]
@@ -109,10 +126,12 @@ class Layout:
     def __post_init__(self) -> None:
         if len(self.strata) > MAX_STRATA:
             raise ReconError(
-                f"{self.binary_dim} binary data coordinates make {len(self.strata)} combinations of values; "
-                f"the pseudo-data has M points per combination, so at most {MAX_STRATA} are supported. "
+                f"{self.discrete_dim} binary or discrete data coordinates make {len(self.strata)} "
+                "combinations of values; the pseudo-data has M points per combination, so at most "
+                f"{MAX_STRATA} are supported. "
                 "Declare the indicators of one categorical variable support=bayes_recon.Dummy(variable), "
-                "or others with support=constraints.unit_interval (a continuous relaxation)."
+                "or others with support=constraints.unit_interval (a continuous relaxation), or fix some "
+                "of them (fixed=...)."
             )
 
     def support(self, name: str) -> Constraint:
@@ -122,11 +141,11 @@ class Layout:
         """Continuous columns whose support has no upper bound (real, positive): no natural centre."""
         return {k for k in self.widths(False) if not hasattr(self.support(k), "upper_bound")}
 
-    def widths(self, binary: bool) -> dict[str, int]:
+    def widths(self, discrete: bool) -> dict[str, int]:
         return {
             k: int(np.prod(s, dtype=int))
             for k, s in self.shapes.items()
-            if is_binary(self.support(k)) == binary
+            if is_discrete(self.support(k)) == discrete
         }
 
     @property
@@ -135,33 +154,30 @@ class Layout:
         return sum(self.widths(False).values())
 
     @property
-    def binary_dim(self) -> int:
+    def discrete_dim(self) -> int:
         return sum(self.widths(True).values())
 
     @property
     def strata(self) -> Array:
-        """The C combinations of binary values the data can take, (C, B): at most one dummy per variable."""
-        variables = [
-            getattr(self.support(name), "variable", None)
-            for name, width in self.widths(True).items()
-            for _ in range(width)
-        ]
+        """The C combinations of discrete values the data can take, (C, B): at most one dummy per variable."""
+        coordinates = [self.support(name) for name, width in self.widths(True).items() for _ in range(width)]
+        variables = [getattr(support, "variable", None) for support in coordinates]
         exclusive = [[i for i, v in enumerate(variables) if v == var] for var in set(variables) - {None}]
         combinations = [
             bits
-            for bits in itertools.product((0.0, 1.0), repeat=self.binary_dim)
+            for bits in itertools.product(*(levels(support) for support in coordinates))
             if all(sum(bits[i] for i in group) <= 1 for group in exclusive)
         ]
-        return jnp.asarray(combinations, dtype=float).reshape(len(combinations), self.binary_dim)
+        return jnp.asarray(combinations, dtype=float).reshape(len(combinations), self.discrete_dim)
 
     def assemble(self, z: Array, bits: Array) -> dict[str, Array]:
-        """(M, D) unconstrained and (M, B) 0/1 coordinates → {name: (M, *shape)} in each column's support."""
+        """(M, D) unconstrained and (M, B) discrete coordinates → {name: (M, *shape)} on each support."""
         out = {}
-        for binary, block in ((False, z), (True, bits)):
+        for discrete, block in ((False, z), (True, bits)):
             start = 0
-            for name, width in self.widths(binary).items():
+            for name, width in self.widths(discrete).items():
                 part = block[:, start : start + width]
-                value = part if binary else biject_to(self.support(name))(part)
+                value = part if discrete else biject_to(self.support(name))(part)
                 out[name] = value.reshape((block.shape[0], *self.shapes[name]))
                 start += width
         return {name: out[name] for name in self.shapes}
@@ -184,8 +200,10 @@ class Layout:
         return indices
 
     def example(self, n: int) -> dict[str, Array]:
-        """n points at the centre of each support (binary columns 0)."""
-        return self.assemble(jnp.zeros((n, self.dim)), jnp.zeros((n, self.binary_dim)))
+        """n points at the centre of each support (discrete columns at their first stratum's values)."""
+        return self.assemble(
+            jnp.zeros((n, self.dim)), jnp.broadcast_to(self.strata[0], (n, self.discrete_dim))
+        )
 
     def probe(self, key: Array, n: int) -> dict[str, Array]:
         """n random points spread over the supports (for spans of statistics)."""
@@ -193,7 +211,7 @@ class Layout:
         return self.assemble(2.0 * jax.random.normal(k1, (n, self.dim)), self.random_bits(k2, n))
 
     def random_bits(self, key: Array, n: int) -> Array:
-        """(n, B) binary values drawn from ``strata``: indicators of one variable are never 1 together
+        """(n, B) discrete values drawn from ``strata``: indicators of one variable are never 1 together
         (statistics of such rows are out of the data's reach)."""
         strata = self.strata
         return strata[jax.random.randint(key, (n,), 0, len(strata))]

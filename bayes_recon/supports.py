@@ -1,0 +1,122 @@
+"""The free columns' supports: the user's where given, else a response's from its observed distribution.
+
+A response (a free column that is the value of an observed site) has the support of its
+distribution, and the pseudo-data must live there:
+
+* few values (``boolean``: Bernoulli; a small ``integer_interval``: Categorical, ordinal, a
+  Binomial of few trials) — exact values, by stratifying the pseudo-data (:mod:`bayes_recon.pseudo`);
+* counts (``nonnegative_integer``: Poisson, negative binomial, zero-inflated counts; a large
+  ``integer_interval``) — a continuous relaxation: the pseudo-counts move over the positive reals
+  (or the interval) and the model's log-probability formula is evaluated there without NumPyro's
+  support mask (:class:`bayes_recon.weighting.relax_support`). At the integers it is the model's
+  own log-likelihood, and a count enters a GLM's likelihood only through the sums Σ y·f(x) that
+  the relaxation reaches;
+* continuous (positive: Gamma, LogNormal; unit interval: Beta; real) — NumPyro's bijections.
+
+Covariates have no distribution in the model; they take ``support=`` (default real), and a
+covariate whose values off that support make the log-likelihood non-finite (``log(x)`` of a
+real-valued pseudo-column) is refused up front, naming the column and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.distributions import constraints
+from numpyro.distributions.constraints import Constraint
+from numpyro.infer.initialization import init_to_uniform
+
+from bayes_recon import pseudo
+from bayes_recon.errors import ReconError
+from bayes_recon.weighting import WeightedModel
+
+
+def relaxed(support: Constraint) -> Constraint | None:
+    """The support a response's pseudo-values take, or None where none can be parametrised."""
+    if pseudo.is_discrete(support):
+        return support
+    if isinstance(support, constraints._IntegerGreaterThan):
+        bound = float(np.asarray(support.lower_bound))
+        return constraints.positive if bound == 0 else constraints.greater_than(bound)
+    if isinstance(support, constraints._IntegerInterval):
+        low, high = (np.asarray(b) for b in (support.lower_bound, support.upper_bound))
+        return constraints.interval(float(low), float(high)) if low.size == high.size == 1 else None
+    if support.is_discrete or support.event_dim != 0:
+        return None
+    return support
+
+
+def observed_columns(
+    model: Callable, shapes: Mapping[str, tuple[int, ...]], fixed: Mapping[str, Any]
+) -> dict[str, Constraint]:
+    """{free column: its observed site's support} for the columns passed as an observed site's value."""
+    layout = pseudo.Layout(dict(shapes), {})
+    probe = {k: np.asarray(v) for k, v in layout.probe(jax.random.PRNGKey(1), 3).items()}
+    try:
+        trace = handlers.trace(
+            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+        ).get_trace(**fixed, **{k: jnp.asarray(v) for k, v in probe.items()})
+    except Exception:  # the model needs values on a support first: latent_shapes reports it
+        return {}
+    found = {}
+    for site in trace.values():
+        if site["type"] != "sample" or not site["is_observed"]:
+            continue
+        value = np.asarray(site["value"])
+        for column, probed in probe.items():
+            if value.shape == probed.shape and np.allclose(value, probed):
+                found[column] = site["fn"].support
+    return found
+
+
+def column_supports(
+    model: Callable,
+    shapes: Mapping[str, tuple[int, ...]],
+    fixed: Mapping[str, Any],
+    given: Mapping[str, Constraint],
+) -> dict[str, Constraint]:
+    """Every free column's support: ``given`` first, then the responses' from the model, else real."""
+    unknown = sorted(set(given) - set(shapes))
+    if unknown:
+        raise ReconError(f"support= names {unknown}, which are not free columns ({sorted(shapes)})")
+    supports = {}
+    for column, support in observed_columns(model, shapes, fixed).items():
+        if column in given:
+            continue
+        supports[column] = relaxed(support)
+        if supports[column] is None:
+            raise ReconError(
+                f"the response {column!r} has support {support}, which the attack cannot parametrise "
+                "(a simplex, a vector event, or per-row bounds). Pass support={...} for it with a "
+                "scalar constraint, or leave it out of 'free'."
+            )
+    return {k: given.get(k, supports.get(k, constraints.real)) for k in shapes}
+
+
+def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> None:
+    """Refuse a column whose pseudo-values on its support make log p(x | θ) non-finite at the draws.
+
+    Each column is moved alone over its support (the others at their centre) at a few draws; a
+    non-finite per-point log-likelihood means the model needs values the support allows but the
+    data cannot take (``log(x)`` with x real), which the attack would only find mid-way.
+    """
+    n = 16
+    wide = layout.probe(jax.random.PRNGKey(2), n)
+    centre = layout.example(n)
+    loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
+    for column in layout.shapes:
+        if pseudo.is_discrete(layout.support(column)):
+            continue
+        values = np.asarray(loglik(jnp.asarray(theta), {**centre, column: wide[column]}))
+        if not np.isfinite(values).all():
+            raise ReconError(
+                f"the model's log-likelihood is not finite for values of the free column {column!r} "
+                f"on its support ({layout.support(column)}). If the model needs {column!r} positive, "
+                f"in (0, 1) or in an interval, say so: support={{{column!r}: constraints.positive}} "
+                "(command line: --support COLUMN=positive)."
+            )
