@@ -1,0 +1,109 @@
+"""The self-check: the true data's posterior reproduces the release, a wrong measure's does not."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC, NUTS
+
+import bayes_recon as br
+from bayes_recon.divergence import Coordinates
+from bayes_recon.models import lookup
+from bayes_recon.posteriordb import load_posterior
+from bayes_recon.reconstruct import AttackSetup
+from bayes_recon.selfcheck import SelfCheckConfig, round_trip
+from bayes_recon.weighting import WeightedModel
+
+KIDIQ = "kidiq-kidscore_momiq"
+
+
+@pytest.fixture(scope="module")
+def kidiq():
+    """The setup of a one-step attack (round_trip uses its model, coordinates and draws) and the data."""
+    entry, posterior = lookup(KIDIQ), load_posterior(KIDIQ)
+    data = entry.model_data(posterior.data)
+    result = br.reconstruct(entry.model, posterior.draws, free=list(entry.free), n_points=5,
+                            config=br.ReconConfig(coarse_steps=0, steps=1, restarts=1))  # fmt: skip
+    return result.setup, {k: data[k] for k in entry.free}
+
+
+def test_the_true_data_reproduces_the_release(kidiq):
+    setup, data = kidiq
+    check = round_trip(setup, data, np.ones(len(data["kid_score"])))
+    assert check.reproduces, check.reasons
+    assert check.reasons == () and check.names == ("beta[0]", "beta[1]", "sigma")
+    assert np.all(np.abs(check.mean_shift) < 0.2) and np.all(np.abs(check.sd_ratio - 1) < 0.15)
+    assert check.statistic < check.critical
+    assert check.summary().startswith("The pseudo-data's posterior reproduces the release")
+
+
+def test_a_posterior_too_wide_or_shifted_does_not_reproduce_the_release(kidiq):
+    setup, data = kidiq
+    n, sd_y = len(data["kid_score"]), float(np.std(data["kid_score"]))
+
+    light = round_trip(setup, data, np.full(n, 0.3))
+    assert not light.reproduces and light.reasons
+    # A flat-prior regression's posterior sd grows as 1/√w: beta's sds by 1/√0.3 = 1.83.
+    np.testing.assert_allclose(light.sd_ratio[:2], 1 / np.sqrt(0.3), rtol=0.12)
+    assert any("posterior sd of" in reason for reason in light.reasons)
+    assert light.statistic > light.critical
+
+    shifted = round_trip(setup, {**data, "kid_score": data["kid_score"] + 2 * sd_y}, np.ones(n))
+    assert not shifted.reproduces and shifted.reasons
+    # Adding c to every response moves the intercept's posterior by exactly c and leaves the slope.
+    theta = np.asarray(setup.coordinates.shift + setup.draws @ setup.coordinates.scale.T)
+    expected = 2 * sd_y / theta[:, 0].std(ddof=1)
+    assert shifted.mean_shift[0] == pytest.approx(expected, abs=0.3)
+    assert abs(shifted.mean_shift[1]) < 0.3
+    assert any(reason.startswith("the posterior mean of beta[0] moves by") for reason in shifted.reasons)
+    summary = shifted.summary()
+    assert "does NOT reproduce the release" in summary and "beta[0]" in summary
+
+
+def test_an_undefined_posterior_is_a_verdict_not_an_error(kidiq):
+    setup, data = kidiq
+    check = round_trip(setup, data, np.full(len(data["kid_score"]), np.nan))
+    assert not check.reproduces and "not finite" in check.reasons[0]
+    assert json.loads(json.dumps(check.to_json()))["statistic"] is None
+
+
+def normal_model(y=None):
+    loc = numpyro.sample("loc", dist.Normal(0.0, 10.0))
+    scale = numpyro.sample("scale", dist.HalfNormal(5.0))
+    numpyro.sample("y", dist.Normal(loc, scale), obs=y)
+
+
+def test_a_small_model_of_our_own_reproduces_its_nuts_draws_and_not_double_the_data():
+    y = jnp.asarray(np.random.default_rng(3).normal(2.0, 1.5, 40))
+    mcmc = MCMC(NUTS(normal_model), num_warmup=500, num_samples=2000, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), y=y)
+    draws = mcmc.get_samples()
+    model = WeightedModel(normal_model, ("y",), {}, {k: v[0] for k, v in draws.items()})
+    theta = jnp.asarray(model.to_unconstrained(draws, {"y": y}))
+    coordinates = Coordinates.standardised(theta)
+    setup = AttackSetup(model, None, coordinates, coordinates.to_attack(theta))  # round_trip needs no layout
+
+    truth = round_trip(setup, {"y": y}, np.ones(40), SelfCheckConfig(seed=1))
+    assert truth.reproduces, truth.reasons
+    assert truth.names == ("loc", "scale")
+    record = json.loads(json.dumps(truth.to_json()))
+    assert record["reproduces"] is True and len(record["sd_ratio"]) == 2
+
+    doubled = round_trip(setup, {"y": y}, np.full(40, 2.0), SelfCheckConfig(seed=1))
+    assert not doubled.reproduces
+    np.testing.assert_allclose(doubled.sd_ratio, 1 / np.sqrt(2), rtol=0.12)  # twice the data: sd / √2
+
+
+def test_the_config_refuses_settings_that_cannot_work():
+    with pytest.raises(br.ReconError, match="sd_ratio_range"):
+        SelfCheckConfig(sd_ratio_range=(1.2, 0.8))
+    with pytest.raises(br.ReconError, match="samples"):
+        SelfCheckConfig(samples=1)
+    with pytest.raises(br.ReconError, match="level"):
+        SelfCheckConfig(level=1.0)
