@@ -59,6 +59,18 @@ def score_matching_objective(
     backward pass, so that memory is bounded by one chunk rather than all draws (a thousand
     pseudo-points on 10,000 draws otherwise asks for tens of GB); None: all at once.
     """
+    return jnp.mean(score_matching_terms(log_q, draws, slices, estimator, draws_at_once))
+
+
+def score_matching_terms(
+    log_q: Callable[[Array], Array],
+    draws: Array,
+    slices: Array | None,
+    estimator: Estimator,
+    draws_at_once: int | None = None,
+) -> Array:
+    """The objective's term at each draw (S,): their mean is :func:`score_matching_objective`, their
+    spread its Monte Carlo error."""
     variance_reduced = estimator == "sliced_vr"
 
     def term(theta: Array, v: Array | None) -> Array:
@@ -66,7 +78,7 @@ def score_matching_objective(
             return exact_term(log_q, theta)
         return sliced_term(log_q, theta, v, variance_reduced)
 
-    return jnp.mean(map_in_chunks(lambda pair: term(*pair), (draws, slices), draws_at_once))
+    return map_in_chunks(lambda pair: term(*pair), (draws, slices), draws_at_once)
 
 
 def map_in_chunks(fn: Callable[[Any], Any], xs: Any, at_once: int | None) -> Any:

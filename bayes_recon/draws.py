@@ -67,12 +67,15 @@ def from_stan_names(draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             out[site] = parts[()]
             continue
         shape = tuple(max(i[d] for i in parts) + 1 for d in range(len(next(iter(parts)))))
+        missing = sorted(set(np.ndindex(shape)) - set(parts))
+        if missing:
+            names = ", ".join(f"{site}[{','.join(str(i + 1) for i in index)}]" for index in missing[:5])
+            more = " ..." if len(missing) > 5 else ""
+            raise ReconError(f"the draws of {site!r} miss some indices of its shape {shape}: {names}{more}")
         n = len(next(iter(parts.values())))
-        array = np.full((n, *shape), np.nan)
+        array = np.empty((n, *shape))
         for index, values in parts.items():
             array[(slice(None), *index)] = values
-        if np.isnan(array).any():
-            raise ReconError(f"the draws of {site!r} miss some indices of its shape {shape}")
         out[site] = array
     return out
 

@@ -36,14 +36,13 @@ from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates
-from bayes_recon.draws import as_draws, check_draws
 from bayes_recon.errors import ReconError
 from bayes_recon.kernel import model_features
 from bayes_recon.measure import WeightedMeasure
+from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import pack
-from bayes_recon.reconstruct import AttackSetup, _free_shapes, check_free, latent_shapes, response_predictor
-from bayes_recon.weighting import WeightedModel
+from bayes_recon.reconstruct import AttackSetup, response_predictor
 
 Monomial = tuple[int, ...]  # a power per variable
 
@@ -125,6 +124,10 @@ class Identifiability:
     features are polynomials of degree ``degree`` (the lowest that fits; the largest tried when
     none does) in ``variables``; only then are the ``statistics`` named (otherwise empty).
     ``aliases``: monomials equal on the support to a lower one, e.g. ``mom_hs² = mom_hs`` for a binary column.
+    ``kernel_effective_rank``: the effective rank exp(H) of the model-induced kernel on the probe
+    points (H the entropy of its normalised eigenvalues): about how many independent directions of
+    the data the release sees, polynomial features or not. Zero only when the likelihood does not
+    depend on the free columns at all: then, and only then, the release reveals nothing of them.
     """
 
     statistics: tuple[Statistic, ...]
@@ -135,6 +138,7 @@ class Identifiability:
     aliases: tuple[str, ...]
     n_draws: int
     seconds: float
+    kernel_effective_rank: float = 0.0
 
     @property
     def names(self) -> list[str]:
@@ -154,6 +158,7 @@ class Identifiability:
                 for s in self.statistics
             ],
             "aliases": list(self.aliases),
+            "kernel_effective_rank": self.kernel_effective_rank,
             "n_draws": self.n_draws,
             "seconds": self.seconds,
         }
@@ -193,12 +198,28 @@ def identify(
             "A fixed argument with one value per data point (a column the adversary knows) is not "
             "supported: the statistics would pair known and unknown rows; declare the column free."
         ) from err
+    effective_rank = kernel_effective_rank(features)
     for degree in range(1, config.max_degree + 1):
         for variables in [raw, logged] if logged != raw else [raw]:
             found = _identify(setup, variables, degree, points, features, config)
             if found.polynomial:
-                return dataclasses.replace(found, seconds=time.perf_counter() - started)
-    return dataclasses.replace(found, seconds=time.perf_counter() - started)
+                break
+        else:
+            continue
+        break
+    return dataclasses.replace(
+        found, seconds=time.perf_counter() - started, kernel_effective_rank=effective_rank
+    )
+
+
+def kernel_effective_rank(features: np.ndarray) -> float:
+    """exp(entropy) of the normalised eigenvalues of the kernel φφᵀ of the features φ (n, S·d)."""
+    eigenvalues = np.linalg.svd(np.nan_to_num(features), compute_uv=False) ** 2
+    if not eigenvalues.sum() > 0:
+        return 0.0
+    p = eigenvalues / eigenvalues.sum()
+    p = p[p > 0]
+    return float(np.exp(-np.sum(p * np.log(p))))
 
 
 def feature_setup(
@@ -211,16 +232,9 @@ def feature_setup(
 ) -> AttackSetup:
     """What :func:`bayes_recon.kernel.model_features` needs: the model, the free columns and up to
     ``max_draws`` draws spread over the chains, in NumPyro's unconstrained coordinates."""
-    fixed = dict(fixed or {})
-    shapes = _free_shapes(free)
-    check_free(model, list(shapes), fixed)
-    layout = pseudo.Layout(shapes, {k: (support or {}).get(k, constraints.real) for k in shapes})
-    checked = check_draws(as_draws(draws), latent_shapes(model, layout, fixed))
-    n = len(next(iter(checked.values())))
-    rows = np.linspace(0, n - 1, min(n, max_draws)).round().astype(int)
-    chosen = {k: np.asarray(v)[rows] for k, v in checked.items()}
-    weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in chosen.items()})
-    theta = jnp.asarray(weighted.to_unconstrained(chosen, layout.example(1)))
+    release = prepare_release(model, draws, free, fixed, support)
+    rows = np.linspace(0, len(release.theta) - 1, min(len(release.theta), max_draws)).round().astype(int)
+    weighted, layout, theta = release.weighted_model, release.layout, jnp.asarray(release.theta[rows])
     return AttackSetup(weighted, layout, Coordinates.identity(theta.shape[1]), theta)
 
 

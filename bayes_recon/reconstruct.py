@@ -11,18 +11,16 @@ on an accelerator) → keep the restart with the lowest objective → return a
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
-from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn
@@ -34,11 +32,13 @@ from bayes_recon.divergence import (
     Estimator,
     rademacher_slices,
     score_matching_objective,
+    score_matching_terms,
 )
-from bayes_recon.draws import as_draws, check_draws
 from bayes_recon.errors import ReconError
 from bayes_recon.measure import WeightedMeasure
+from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.optimise import HESSIAN_BATCH, OptimiserConfig, minimise, tree_where
+from bayes_recon.selfcheck import SelfCheck, round_trip
 from bayes_recon.weighting import WeightedModel
 
 Array = jax.Array
@@ -152,69 +152,55 @@ class Reconstruction:
     compile_seconds: float
     setup: AttackSetup
 
+    @cached_property
+    def self_check(self) -> SelfCheck:
+        """The round trip without the true data: does the posterior of the recovered weighted
+        pseudo-data (NUTS on the user's model) reproduce the released draws? Computed the first time
+        it is read (seconds), then kept. See :mod:`bayes_recon.selfcheck`."""
+        return round_trip(self.setup, self.measure.points, self.measure.weights)
 
-def model_arguments(model: Callable) -> tuple[set[str], bool]:
-    parameters = inspect.signature(model).parameters.values()
-    return {p.name for p in parameters}, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    def restart_spread(self) -> dict[str, float]:
+        """Relative spread (max − min over the largest magnitude) of the total mass and of every free
+        coordinate's weighted mean and sd, over the restarts whose final objective is within 1 % (of
+        its magnitude) of the best: restarts that reach the same objective with different statistics
+        show what the release leaves open."""
+        final = self.restart_objectives
+        close = final <= final.min() + 0.01 * max(abs(final.min()), 1e-12)
+        mass, mean, var = (self.history[k][:, -1][close] for k in ("total_mass", "mean", "var"))
 
+        def spread(values: np.ndarray) -> float:
+            centre = np.abs(values).max()
+            return float(np.ptp(values) / centre) if centre > 0 else 0.0
 
-def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -> None:
-    names, takes_any = model_arguments(model)
-    unknown = [n for n in [*free, *fixed] if n not in names and not takes_any]
-    if unknown:
-        raise ReconError(
-            f"the model {getattr(model, '__name__', model)!r} takes no argument(s) {unknown}; its "
-            f"arguments are {sorted(names)}. 'free' names the data arguments to reconstruct."
+        out = {"total_mass": spread(mass)}
+        for i in range(mean.shape[1]):
+            out[f"mean[{i}]"] = spread(mean[:, i])
+            out[f"sd[{i}]"] = spread(np.sqrt(var[:, i]))
+        return out
+
+    def objective_terms(self, points: Mapping[str, Any], weights: Any) -> np.ndarray:
+        """The attack's objective at any measure, one term per draw (S,): their mean is the objective
+        there (``objective_terms(measure.points, measure.weights).mean() == objective``), so the
+        true data's value and its Monte Carlo error come from the same draws and slices."""
+        setup, metadata = self.setup, self.measure.meta
+        n_draws, dim = setup.draws.shape
+        estimator = metadata["estimator"]
+        slices = (
+            None
+            if estimator == "exact"
+            else rademacher_slices(
+                jax.random.PRNGKey(metadata["seed"] + 1), n_draws, self.config.n_slices, dim
+            )
         )
-    both = set(free) & set(fixed)
-    if both:
-        raise ReconError(f"{sorted(both)} is both free and fixed; an argument is one or the other")
-    if not free:
-        raise ReconError("'free' is empty: name at least one data argument of the model to reconstruct")
-
-
-def latent_shapes(
-    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
-) -> dict[str, tuple[int, ...]]:
-    """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
-
-    def trace(n: int) -> tuple[dict[str, tuple[int, ...]], set[str]]:
-        """Sample-site shapes and the observed sites, traced abstractly (nothing is compiled or run)."""
-        data = layout.example(n)
-        observed: set[str] = set()
-
-        def site_values() -> dict[str, Any]:
-            tr = handlers.trace(
-                handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-            ).get_trace(**fixed, **data)
-            sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
-            observed.update(k for k, s in sites.items() if s["is_observed"])
-            return {k: s["value"] for k, s in sites.items()}
-
-        try:
-            shapes = jax.eval_shape(site_values)
-        except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
-            data_shapes = {k: v.shape for k, v in data.items()}
-            raise ReconError(
-                f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
-                "Check 'free' (data axis first, then the column's own shape) and 'fixed'."
-            ) from err
-        return {k: tuple(v.shape) for k, v in shapes.items()}, observed
-
-    (three, observed), (four, _) = trace(3), trace(4)
-    if not observed:
-        raise ReconError(
-            "the model has no observed site for the free data; pass the data as the obs= of a site"
+        data = {k: jnp.asarray(v) for k, v in points.items()}
+        log_q = setup.coordinates.pull_back(
+            lambda th: setup.weighted_model.log_density(th, data, jnp.asarray(weights))
         )
-    per_point = [k for k in three if k not in observed and three[k] != four[k]]
-    if per_point:
-        raise ReconError(
-            f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
-            "variable, as in eight_schools): the posterior of the shared parameters does not pin down "
-            "a data measure, so this attack does not apply. Use a model whose latent variables are "
-            "shared by all data points (or marginalise the per-point ones)."
+        at_once = max(
+            1, GRADIENT_BUDGET // (len(weights) * dim * value_size(estimator, dim, self.config.n_slices))
         )
-    return {k: shape for k, shape in three.items() if k not in observed}
+        terms = jax.jit(lambda z, v: score_matching_terms(log_q, z, v, estimator, at_once))
+        return np.asarray(terms(setup.draws, slices))
 
 
 Predictor = Callable[[Mapping[str, Array], Array], dict[str, Array]]
@@ -245,7 +231,7 @@ def response_predictor(
         column: name
         for name, site_value in observed_values(probe).items()
         for column, value in probe.items()
-        if not pseudo.is_binary(layout.support(column))
+        if not pseudo.is_discrete(layout.support(column))
         and jnp.shape(site_value) == jnp.shape(value)
         and np.allclose(site_value, value)
     }
@@ -272,18 +258,10 @@ def response_predictor(
     return set(sites), predict
 
 
-def _free_shapes(free: Sequence[str] | Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
-    if isinstance(free, Mapping):
-        return {k: tuple(int(d) for d in v) for k, v in free.items()}
-    if isinstance(free, str):
-        return {free: ()}
-    return {k: () for k in free}
-
-
 def reconstruct(
     model: Callable,
     draws: Any,
-    free: Sequence[str] | Mapping[str, Sequence[int]],
+    free: Free,
     fixed: Mapping[str, Any] | None = None,
     support: Mapping[str, Constraint] | None = None,
     n_points: int = 50,
@@ -299,20 +277,12 @@ def reconstruct(
     arrays, a NumPyro MCMC or an ArviZ object. ``progress(done, total)`` is called after every step.
     """
     config = config or ReconConfig()
-    fixed = dict(fixed or {})
-    shapes = _free_shapes(free)
-    check_free(model, list(shapes), fixed)
-    if n_points < 1:
-        raise ReconError(f"n_points must be at least 1, got {n_points}")
-    supports = {k: (support or {}).get(k, constraints.real) for k in shapes}
-    layout = pseudo.Layout(shapes, supports)
-    latent = latent_shapes(model, layout, fixed)
-    draws = check_draws(as_draws(draws), latent)
+    if isinstance(n_points, bool) or not isinstance(n_points, int | np.integer) or n_points < 1:
+        raise ReconError(f"n_points must be at least 1 (a whole number), got {n_points!r}")
+    release = prepare_release(model, draws, free, fixed, support)
+    weighted, layout, fixed = release.weighted_model, release.layout, release.weighted_model.fixed
     started = time.perf_counter()
-
-    example = {k: jnp.asarray(v[0]) for k, v in draws.items()}
-    weighted = WeightedModel(model, tuple(shapes), fixed, example)
-    theta = jnp.asarray(weighted.to_unconstrained(draws, layout.example(1)))
+    theta = jnp.asarray(release.theta)
     if config.max_draws is not None:
         theta = theta[: config.max_draws]
     coordinates = (

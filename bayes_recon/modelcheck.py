@@ -1,0 +1,162 @@
+"""The user's model, free columns and draws, checked before any attack, and the release they make.
+
+Everything here runs in seconds and before anything is compiled: a mistake in the call (a column
+the model does not take, draws of another model, a per-row latent variable) is a clear
+:class:`ReconError`, not a failure minutes into the attack.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.distributions.constraints import Constraint
+from numpyro.infer.initialization import init_to_uniform
+
+from bayes_recon import pseudo
+from bayes_recon.draws import as_draws, check_draws
+from bayes_recon.errors import ReconError
+from bayes_recon.supports import check_covariates, column_supports
+from bayes_recon.weighting import WeightedModel
+
+Array = jax.Array
+Free = Sequence[str] | Mapping[str, Sequence[int]]
+
+
+class Release(NamedTuple):
+    """A checked release: the model with its free columns split off, their layout, and the draws."""
+
+    weighted_model: WeightedModel
+    layout: pseudo.Layout
+    draws: dict[str, np.ndarray]  # {site: (S, ...)}, constrained, as released
+    theta: np.ndarray  # (S, d): the draws as NumPyro's flat unconstrained vectors
+
+
+def prepare_release(
+    model: Callable,
+    draws: Any,
+    free: Free,
+    fixed: Mapping[str, Any] | None = None,
+    support: Mapping[str, Constraint] | None = None,
+) -> Release:
+    """Check the call and the draws against the model; take the free columns' supports from the model."""
+    fixed = dict(fixed or {})
+    shapes = free_shapes(free)
+    check_free(model, list(shapes), fixed)
+    layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support or {}))
+    checked = check_draws(as_draws(draws), latent_shapes(model, layout, fixed))
+    weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in checked.items()})
+    theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
+    probe_draws = theta[np.linspace(0, len(theta) - 1, 4).round().astype(int)]
+    check_rows_exchangeable(weighted, layout, probe_draws)
+    check_covariates(weighted, layout, probe_draws)
+    return Release(weighted, layout, checked, theta)
+
+
+def model_arguments(model: Callable) -> tuple[set[str], bool]:
+    parameters = inspect.signature(model).parameters.values()
+    return {p.name for p in parameters}, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -> None:
+    names, takes_any = model_arguments(model)
+    unknown = [n for n in [*free, *fixed] if n not in names and not takes_any]
+    if unknown:
+        raise ReconError(
+            f"the model {getattr(model, '__name__', model)!r} takes no argument(s) {unknown}; its "
+            f"arguments are {sorted(names)}. 'free' names the data arguments to reconstruct."
+        )
+    both = set(free) & set(fixed)
+    if both:
+        raise ReconError(f"{sorted(both)} is both free and fixed; an argument is one or the other")
+    if not free:
+        raise ReconError("'free' is empty: name at least one data argument of the model to reconstruct")
+
+
+def latent_shapes(
+    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
+) -> dict[str, tuple[int, ...]]:
+    """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
+
+    def trace(n: int) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+        """Sample-site shapes and the observed sites, traced abstractly (nothing is compiled or run)."""
+        data = layout.example(n)
+        observed: set[str] = set()
+
+        def site_values() -> dict[str, Any]:
+            tr = handlers.trace(
+                handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+            ).get_trace(**fixed, **data)
+            sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
+            observed.update(k for k, s in sites.items() if s["is_observed"])
+            return {k: s["value"] for k, s in sites.items()}
+
+        try:
+            shapes = jax.eval_shape(site_values)
+        except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
+            data_shapes = {k: v.shape for k, v in data.items()}
+            raise ReconError(
+                f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
+                "Check 'free' (data axis first, then the column's own shape) and 'fixed'."
+            ) from err
+        return {k: tuple(v.shape) for k, v in shapes.items()}, observed
+
+    (three, observed), (four, _) = trace(3), trace(4)
+    if not observed:
+        raise ReconError(
+            "the model has no observed site for the free data; pass the data as the obs= of a site"
+        )
+    per_point = [k for k in three if k not in observed and three[k] != four[k]]
+    if per_point:
+        raise ReconError(
+            f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
+            "variable, as in eight_schools): the posterior of the shared parameters does not pin down "
+            "a data measure, so this attack does not apply. Use a model whose latent variables are "
+            "shared by all data points (or marginalise the per-point ones)."
+        )
+    return {k: shape for k, shape in three.items() if k not in observed}
+
+
+def free_shapes(free: Sequence[str] | Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    if isinstance(free, Mapping):
+        return {k: tuple(int(d) for d in v) for k, v in free.items()}
+    if isinstance(free, str):
+        return {free: ()}
+    return {k: () for k in free}
+
+
+def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> None:
+    """Refuse a likelihood in which a row's position matters (a per-row parameter indexed by row).
+
+    The attack needs log p(data | θ) = Σ_i ℓ(x_i, θ) with one ℓ for every row: then permuting the
+    rows permutes the per-row log-likelihoods. A parameter vector indexed by the row number
+    (eight_schools' θ_j, however it is written) breaks that, and so does a likelihood term that
+    mixes rows. Checked at a few draws on random rows of the columns' supports.
+    """
+    data = layout.probe(jax.random.PRNGKey(3), 5)
+    order = np.array([1, 2, 3, 4, 0])
+    shuffled = {k: v[order] for k, v in data.items()}
+    try:
+        loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
+        before, after = (np.asarray(loglik(jnp.asarray(theta), d)) for d in (data, shuffled))
+    except Exception as err:  # shapes that only fit the true data's row count
+        raise ReconError(
+            f"the model cannot be evaluated on 5 rows of pseudo-data ({err!r}); its likelihood must be "
+            "a sum over data rows whose count follows the free columns. A fixed argument with one "
+            "value per data point (a column the adversary knows) is not supported: declare the column "
+            "free. A per-row parameter sized by a fixed argument (eight_schools with J fixed) is out "
+            "of this attack's scope."
+        ) from err
+    same = np.isclose(after, before[:, order], rtol=1e-6, atol=1e-8) | ~np.isfinite(before[:, order])
+    if not same.all():
+        raise ReconError(
+            "the model's likelihood is not the same function for every data row: permuting the rows "
+            "changes the rows' log-likelihoods. A parameter per row (indexed by the row's position, as "
+            "eight_schools' theta[j]) or a term that couples rows makes the posterior of the shared "
+            "parameters no function of a data measure, so this attack does not apply."
+        )
