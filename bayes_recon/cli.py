@@ -1,7 +1,9 @@
 """``bayes-recon``: reconstruct a posterior's training data from its published draws.
 
 Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
-:mod:`bayes_recon.command`). Bad input is a one-line message and exit status 2.
+:mod:`bayes_recon.command`). Exit status: 0 done; 2 bad input (a one-line message); 3
+``reconstruct`` ran but its self-check says the recovered data do not reproduce the release, so
+its numbers are not to be trusted (see :mod:`bayes_recon.selfcheck`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from bayes_recon.command import Subparsers
 from bayes_recon.errors import ReconError
 
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
+EXIT_SELF_CHECK_FAILED = 3
 
 # ReconConfig fields the CLI exposes, when the config has them: option help. The defaults and
 # the choices come from ReconConfig itself.
@@ -178,6 +181,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
             f"MMD between true and reconstructed data under the model-induced kernel, relative to the "
             f"truth's norm: {attack.relative_mmd():.3g} (0: the release cannot tell them apart)"
         )
+    _say(f"self-check: {recon.self_check.summary()}")
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +189,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
         _say(f"wrote {out}")
     if args.save:
         _say(f"saved {recon.measure.save(args.save)}")
-    return 0
+    return 0 if recon.self_check.reproduces else EXIT_SELF_CHECK_FAILED
 
 
 def _cell(value: Any) -> str:
@@ -294,10 +298,16 @@ def describe_identifiability(check: Any) -> str:
     """The statistics a posterior pins down, one per line, and how they compare with the closed form."""
     found = check.identifiability
     variables = ", ".join(v.label for v in found.variables)
+    seen = f"The model-induced kernel has effective rank {found.kernel_effective_rank:.1f} at the draws: " + (
+        "the release reveals about that many independent directions of the data."
+        if found.kernel_effective_rank > 0
+        else "the likelihood does not depend on these columns, so the release reveals nothing of them."
+    )
     if not found.polynomial:
         return (
             f"{check.name}: the model's features are not polynomials of degree ≤ {found.degree} in "
-            f"{variables}: the release pins down statistics outside that basis (no finite list to name)."
+            f"{variables}: the release pins down statistics outside that basis (no finite list to name; "
+            "run reconstruct to see how tightly it determines N and the columns' moments).\n" + seen
         )
     lines = [
         f"{check.name}: the draws pin down {found.rank} statistics of the data (features of degree "
@@ -307,6 +317,7 @@ def describe_identifiability(check: Any) -> str:
     if found.aliases:
         lines.append(f"equal on the support, so counted once: {'; '.join(found.aliases)}")
     lines.append("Nothing outside their span (higher moments, single rows) is determined by the release.")
+    lines.append(seen)
     if check.exact is not None:
         verdict = "exactly" if check.exact else "NOT"
         lines.append(

@@ -92,6 +92,8 @@ class PosteriorAttack:
             "seconds": jsonable(recon.seconds),
             "config": jsonable(dataclasses.asdict(recon.config)),
             "relative_mmd_model_kernel": jsonable(self.relative_mmd()),
+            "self_check": jsonable(recon.self_check.to_json()),
+            "restart_spread": jsonable(recon.restart_spread()),
             "rows": [{k: jsonable(v) for k, v in row.items()} for row in self.rows()],
         }
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bayes_recon import pipeline
+from bayes_recon import cli, pipeline
 from bayes_recon.cli import main
 from bayes_recon.measure import WeightedMeasure
 
@@ -37,6 +37,13 @@ def _table_rows(out: str) -> dict[tuple[str, str], list[str]]:
     return rows
 
 
+def stand_in_self_check(reproduces: bool) -> SimpleNamespace:
+    verdict = "reproduces the release" if reproduces else "does NOT reproduce the release: sigma's sd x1.4"
+    return SimpleNamespace(
+        reproduces=reproduces, summary=lambda: verdict, to_json=lambda: {"reproduces": reproduces}
+    )
+
+
 @pytest.fixture
 def fake_reconstruct(monkeypatch):
     """Replace the attack by a stand-in that returns a fixed 5-point measure and reports 3 steps."""
@@ -53,7 +60,10 @@ def fake_reconstruct(monkeypatch):
         rng = np.random.default_rng(seed)
         points = {name: rng.normal(90.0, 15.0, size=(n_points, *shape)) for name, shape in free.items()}
         measure = WeightedMeasure(points, np.full(n_points, TRUE_N / n_points))
-        return SimpleNamespace(measure=measure, objective=-1.5, seconds=0.25, config=config, history={})
+        return SimpleNamespace(
+            measure=measure, objective=-1.5, seconds=0.25, config=config, history={},
+            self_check=stand_in_self_check(calls[-1].seed != 13), restart_spread=lambda: {"total_mass": 0.0},
+        )  # fmt: skip
 
     monkeypatch.setattr(pipeline, "reconstruct", reconstruct)
     monkeypatch.setattr(pipeline.PosteriorAttack, "relative_mmd", lambda self, max_draws=1000: 0.01)
@@ -92,6 +102,16 @@ def test_reconstruct_prints_table_and_writes_json_and_measure(tmp_path, capsys, 
     assert WeightedMeasure.load(prefix).total_mass() == pytest.approx(TRUE_N)
 
 
+def test_a_failed_self_check_is_said_in_words_and_exits_3(capsys, fake_reconstruct):
+    """Exit 3 (not 0, not bad input's 2) when the recovered data do not reproduce the release."""
+    assert (
+        main(["--quiet", "reconstruct", "--points", "3", "--seed", "13"]) == cli.EXIT_SELF_CHECK_FAILED == 3
+    )
+    assert "self-check: does NOT reproduce the release" in capsys.readouterr().out
+    assert main(["--quiet", "reconstruct", "--points", "3", "--seed", "1"]) == 0
+    assert "self-check: reproduces the release" in capsys.readouterr().out
+
+
 def test_quiet_draws_no_progress_bar(capsys, fake_reconstruct):
     assert main(["--quiet", "reconstruct", "--points", "3"]) == 0
     assert capsys.readouterr().err == ""
@@ -101,8 +121,9 @@ def test_rows_without_truth_leave_the_comparison_empty():
     measure = WeightedMeasure({"x": np.arange(6.0).reshape(3, 2)}, np.ones(3))
     entry = SimpleNamespace(free=("x",))
     recon = SimpleNamespace(
-        measure=measure, objective=float("nan"), seconds=1.0, config=pipeline.ReconConfig()
-    )
+        measure=measure, objective=float("nan"), seconds=1.0, config=pipeline.ReconConfig(),
+        self_check=stand_in_self_check(True), restart_spread=dict,
+    )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
     rows = attack.rows()
     assert [r["column"] for r in rows] == [None, "x[0]", "x[1]", "x[0]", "x[1]"]
