@@ -177,10 +177,14 @@ class Layout:
             start = 0
             for name, width in self.widths(discrete).items():
                 part = block[:, start : start + width]
-                value = part if discrete else biject_to(self.support(name))(part)
+                value = biject_to(self.support(name))(part) if not discrete else self._discrete(name, part)
                 out[name] = value.reshape((block.shape[0], *self.shapes[name]))
                 start += width
         return {name: out[name] for name in self.shapes}
+
+    def _discrete(self, name: str, values: Array) -> Array:
+        """Class labels as integers (a Categorical indexes with them); 0/1 columns stay floats."""
+        return values if is_binary(self.support(name)) else jnp.round(values).astype(int)
 
     def unconstrain(self, points: Mapping[str, Array]) -> Array:
         """{name: (M, *shape)} → the (M, D) unconstrained continuous coordinates (inverse of ``assemble``)."""
