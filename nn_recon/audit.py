@@ -3,7 +3,8 @@
 Nothing is rerun; each attack is read from the folder its command wrote:
 
 - ``stationarity --out DIR``, then ``match --recon DIR``: ``reconstruction.json`` (the attack's
-  settings), ``match.json`` (training images reconstructed per SSIM threshold) and ``match.png``;
+  settings), ``match.json`` (training images reconstructed per SSIM threshold, their mean PSNR) and
+  ``match.png``;
 - ``reconn --out DIR``: each ``<representation>_<shadows>/`` run in it, ``reconstructions.json``
   (settings and metrics) and ``grid.png``;
 - ``invert --out DIR``: ``summary.json`` (settings, the metrics' mean and sd over seeds) and ``grid.png``;
@@ -79,8 +80,17 @@ def _stationarity(folder: Path) -> list[Entry]:
         "reconstructions kept": len(meta["run_of_point"]),
     }
     n = len(matched["ssim"])
-    rows = [(float(t), count, n, matched["distinct"][t]) for t, count in matched["successes"].items()]
-    header = ("SSIM ≥", "training images reconstructed", "of", "distinct reconstructions")
+    rows = [
+        (float(t), count, n, matched["distinct"][t], matched["mean_psnr"][t])
+        for t, count in matched["successes"].items()
+    ]
+    header = (
+        "SSIM ≥",
+        "training images reconstructed",
+        "of",
+        "distinct reconstructions",
+        "their mean PSNR (dB)",
+    )
     return [Entry("stationarity", folder, settings, header, rows, folder / "match.png")]
 
 
@@ -143,12 +153,12 @@ TITLES = {
 }
 
 NOTES = {
-    "stationarity": "Training images whose best-matching reconstruction reaches each SSIM, and how many "
-    "different reconstructions those matches use. Grid: the best reconstructions (SSIM above) over their "
-    "training images.",
+    "stationarity": "Training images whose best-matching reconstruction reaches each SSIM, how many "
+    "different reconstructions those matches use, and those pairs' mean PSNR (scikit-image, data range 1; "
+    "– where there are none). Grid: the best reconstructions (SSIM above) over their training images.",
     "informed": "Scores over the released models' targets; success rate: the share reconstructed closer "
-    "(MSE) than their nearest neighbour in the adversary's data. Grid: target, reconstruction, nearest "
-    "neighbour.",
+    "(MSE) than their nearest neighbour in the adversary's data; PSNR in dB (scikit-image, data range 1). "
+    "Grid: target, reconstruction, nearest neighbour.",
     "inversion": "Top-1/top-5: the evaluation classifier's accuracy on the inverted images; knn: their "
     "feature distance to the nearest private image of their class; top1/top5_all_digits: the same accuracy "
     "under a classifier of all ten digits, which can call an image a public digit. Grid: the first seed, "
@@ -186,6 +196,8 @@ def to_json(entries: Sequence[Entry]) -> dict[str, Any]:
 
 
 def _cell(value: Any) -> Any:
+    if value is None:
+        return "–"
     return f"{value:.4g}" if isinstance(value, float) else value
 
 

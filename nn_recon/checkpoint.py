@@ -1,11 +1,20 @@
-"""Torch files written whole: a run stopped mid-write keeps the file it had, never half of a new one."""
+"""Torch files written whole, and read back as tensors and plain data only, never code.
+
+A run stopped mid-write keeps the file it had, never half of a new one. Reading uses
+``torch.load(weights_only=True)``; a file it refuses (corrupt, truncated, or holding objects whose
+unpickling would run code) is a short :class:`ReconInputError`, not PyTorch's advice to load it with
+``weights_only=False``. Network weights are checked to be finite before they are loaded.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from nn_recon.errors import ReconInputError
 
 
 def save_atomically(path: Path, state: dict[str, Any]) -> None:
@@ -15,3 +24,30 @@ def save_atomically(path: Path, state: dict[str, Any]) -> None:
     temporary = path.with_suffix(".tmp")
     torch.save(state, temporary)
     temporary.replace(path)
+
+
+def load_torch_file(path: Path, what: str, fix: str, map_location: str | torch.device = "cpu") -> Any:
+    """The tensors and plain data in ``path``; a file torch cannot read that way says it is not
+    ``what`` (e.g. "a model file written by nn-recon train") and how to ``fix`` it."""
+    try:
+        return torch.load(path, weights_only=True, map_location=map_location)
+    except Exception:
+        raise ReconInputError(
+            f"{path} is not {what}: torch cannot read it as plain tensors (it is corrupt, truncated or holds "
+            f"code, which is never run); {fix}"
+        ) from None
+
+
+def load_weights(module: torch.nn.Module, state_dict: Mapping[str, Any], path: Path) -> None:
+    """``module.load_state_dict(state_dict)``, refusing NaN or infinite weights read from ``path``."""
+    broken = [
+        name
+        for name, value in state_dict.items()
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not value.isfinite().all()
+    ]
+    if broken:
+        raise ReconInputError(
+            f"{path} holds NaN or infinite weights ({', '.join(broken[:3])}); the run that wrote it "
+            "diverged or the file is damaged: retrain it (lower --lr) or delete it to start over"
+        )
+    module.load_state_dict(state_dict)

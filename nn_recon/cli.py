@@ -1,7 +1,8 @@
 """``nn-recon``: train a target, attack it, score the reconstruction.
 
 Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
-:mod:`bayes_recon.command`). Bad input is a one-line message and exit status 2.
+:mod:`bayes_recon.command`); its parser comes from :func:`_subcommand`, so every option's help shows
+its default. Bad input is a one-line message and exit status 2.
 """
 
 from __future__ import annotations
@@ -15,16 +16,31 @@ from typing import TYPE_CHECKING
 
 from bayes_recon import command
 from bayes_recon.command import Subparsers
-from nn_recon.errors import ReconInputError
+from nn_recon.errors import ReconInputError, require_at_least
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from nn_recon.attacks.informed import GLM
+
+DATA_ROOT_HELP = "folder with IDX / CIFAR-10 files (default: none; MNIST and digits need none)"
 
 
 def _say(message: str) -> None:
     print(message, flush=True)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default; a required option has none to show, and an option
+    whose default is None says in its own help what happens without it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.required or action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _subcommand(subparsers: Subparsers, name: str, help: str) -> argparse.ArgumentParser:
+    return subparsers.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
 
 
 def register_train(subparsers: Subparsers) -> None:
@@ -32,20 +48,29 @@ def register_train(subparsers: Subparsers) -> None:
     from nn_recon.train import TrainConfig
 
     d = TrainConfig()
-    p = subparsers.add_parser("train", help="train a target model with full-batch gradient descent")
-    p.add_argument("--dataset", default=d.dataset, choices=DATASETS)
-    p.add_argument("--task", default=d.task, choices=TASKS)
+    p = _subcommand(subparsers, "train", "train a target model with full-batch gradient descent")
+    p.add_argument("--dataset", default=d.dataset, choices=DATASETS, help="the data set")
+    p.add_argument("--task", default=d.task, choices=TASKS, help="which classes the model tells apart")
     p.add_argument("--per-class", type=int, default=d.per_class, help="training images per class")
     p.add_argument("--arch", default=d.architecture, help="mlp:W1,W2,... or cnn:C1,C2,...")
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--max-steps", type=int, default=d.max_steps)
+    p.add_argument("--lr", type=float, default=d.lr, help="gradient descent step size")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps")
     p.add_argument("--target-loss", type=float, default=d.target_loss, help="stop at this training loss")
-    p.add_argument("--first-layer-scale", type=float, default=d.first_layer_scale)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--dtype", default=d.dtype, choices=("float32", "float64"))
+    p.add_argument(
+        "--first-layer-scale",
+        type=float,
+        default=d.first_layer_scale,
+        help="the first layer's initial weights are scaled by this (small: the papers' regime)",
+    )
+    p.add_argument(
+        "--weight-decay", type=float, default=d.weight_decay, help="L2 penalty λ/2 ‖θ‖² on the loss"
+    )
+    p.add_argument(
+        "--dtype", default=d.dtype, choices=("float32", "float64"), help="floating point precision"
+    )
     p.add_argument("--device", default=d.device, help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--data-root", help="folder with IDX / CIFAR-10 files (MNIST needs none)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds the data subset and the initialisation")
+    p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--out", required=True, help="model file to write; <out>.ckpt is the resumable checkpoint")
     p.set_defaults(run=_train)
 
@@ -85,12 +110,11 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _range(text: str) -> tuple[float, float]:
+    """LOW,HIGH as two floats; StationarityConfig checks that they are positive."""
     try:
         low, high = (float(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected LOW,HIGH (e.g. 1e-3,1e-2), got {text!r}") from None
-    if not 0 < low <= high:
-        raise argparse.ArgumentTypeError(f"need 0 < LOW <= HIGH, got {text!r}")
     return low, high
 
 
@@ -98,7 +122,7 @@ def register_stationarity(subparsers: Subparsers) -> None:
     from nn_recon.attacks.stationarity import OBJECTIVES, StationarityConfig
 
     d = StationarityConfig()
-    p = subparsers.add_parser("stationarity", help="reconstruct training images from a model's weights")
+    p = _subcommand(subparsers, "stationarity", "reconstruct training images from a model's weights")
     p.add_argument("--model", required=True, help="a model file written by nn-recon train")
     p.add_argument(
         "--points", type=int, default=d.points, help="candidate images per run (m; the papers use 2n)"
@@ -106,8 +130,17 @@ def register_stationarity(subparsers: Subparsers) -> None:
     p.add_argument("--runs", type=int, default=d.runs, help="random-search runs")
     p.add_argument("--steps", type=int, default=d.steps, help="optimisation steps per run")
     p.add_argument("--runs-per-batch", type=int, default=d.runs_per_batch, help="runs optimised together")
-    p.add_argument("--objective", default=d.objective, choices=OBJECTIVES)
-    p.add_argument("--weight-decay", type=float, help="posterior objective: the training weight decay")
+    p.add_argument(
+        "--objective",
+        default=d.objective,
+        choices=OBJECTIVES,
+        help="kkt: the margins' KKT point; posterior: stationarity of loss plus weight decay",
+    )
+    p.add_argument(
+        "--weight-decay",
+        type=float,
+        help="posterior objective: the training weight decay (default: the model's own)",
+    )
     for name, value in (
         ("lr", d.lr),
         ("init-scale", d.init_scale),
@@ -115,11 +148,13 @@ def register_stationarity(subparsers: Subparsers) -> None:
         ("beta", d.beta),
     ):
         p.add_argument(
-            f"--{name}", type=_range, default=value, help=f"search range LOW,HIGH (default {value})"
+            f"--{name}", type=_range, default=value, metavar="LOW,HIGH", help="log-uniform search range"
         )
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--dtype", default=d.dtype, choices=("float32", "float64"))
-    p.add_argument("--device", default=d.device)
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds each run's settings and start")
+    p.add_argument(
+        "--dtype", default=d.dtype, choices=("float32", "float64"), help="floating point precision"
+    )
+    p.add_argument("--device", default=d.device, help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--out", required=True, help="folder for the runs and the selected reconstruction")
     p.set_defaults(run=_stationarity)
 
@@ -160,15 +195,13 @@ def _stationarity(args: argparse.Namespace) -> int:
 
 
 def register_match(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "match", help="SSIM of each training image's best reconstruction, and a picture"
-    )
+    p = _subcommand(subparsers, "match", "SSIM and PSNR of each training image's best reconstruction")
     p.add_argument("--recon", required=True, help="the --out folder of a attack, or a saved measure (.npz)")
     p.add_argument("--train-data", required=True, help="the model file (it carries its training set)")
     p.add_argument(
         "--downsample", type=int, default=1, help="match by NCC on images downsampled by this factor"
     )
-    p.add_argument("--grid", help="PNG to write (default: <recon>/match.png)")
+    p.add_argument("--grid", help="PNG of the best pairs to write (default: <recon>/match.png)")
     p.add_argument("--json", help="the counts and per-image scores (default: <recon>/match.json)")
     p.set_defaults(run=_match)
 
@@ -185,7 +218,17 @@ def _match(args: argparse.Namespace) -> int:
         raise ReconInputError(
             f"no reconstruction at {measure_path}; pass the --out folder of nn-recon stationarity"
         )
-    measure = WeightedMeasure.load(measure_path)
+    try:
+        measure = WeightedMeasure.load(measure_path)
+    except (ValueError, KeyError) as error:  # object arrays (pickles) are refused, not loaded
+        raise ReconInputError(
+            f"{measure_path} is not a reconstruction saved by nn-recon ({type(error).__name__}: {error})"
+        ) from None
+    if "image" not in measure.points:
+        raise ReconInputError(
+            f"{measure_path} has no 'image' array (it has {', '.join(measure.names)}); "
+            "pass the --out folder of nn-recon stationarity"
+        )
     model = load_model(args.train_data)
     if model.train_images is None:
         raise ReconInputError(f"{args.train_data} does not carry its training images")
@@ -201,30 +244,38 @@ def _match(args: argparse.Namespace) -> int:
 
 
 def register_glm(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "glm", help="exact reconstruction of the missing training point of a linear/ridge/logistic model"
-    )
+    p = _subcommand(subparsers, "glm", "the missing training point of a linear/ridge/logistic model, exactly")
     p.add_argument(
         "--model",
         required=True,
-        help="a fitted sklearn LinearRegression/Ridge/LogisticRegression saved with joblib/pickle (.joblib, "
-        ".pkl: only load files you trust), or an .npz with family, coef, intercept (optional), l2",
+        help="a fitted sklearn LinearRegression/Ridge/LogisticRegression saved with skops.io.dump (.skops, "
+        "read without running code), or an .npz with family, coef, intercept (optional), l2",
+    )
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="also read a joblib/pickle --model (.joblib, .pkl): unpickling RUNS ANY CODE in the file, so "
+        "only for a file you made yourself",
     )
     points = "an .npz with arrays x {} and y {}, or a CSV whose last column is y"
     p.add_argument("--known", required=True, help="D⁻: " + points.format("(n, d)", "(n,)"))
-    p.add_argument("--label", help="the target's label, if known (required for models without intercept)")
+    p.add_argument(
+        "--label",
+        help="the target's label, if known (default: solved for; required for models without intercept)",
+    )
     p.add_argument(
         "--tol", type=float, default=1e-6, help="largest relative gradient norm accepted as optimal"
     )
     p.add_argument(
         "--truth",
-        help="the true target, to score the reconstruction against: " + points.format("(d,)", "(1,)"),
+        help="the true target, to score the reconstruction against (default: none): "
+        + points.format("(d,)", "(1,)"),
     )
     p.add_argument(
         "--out",
         metavar="DIR",
         help="save the reconstruction as a WeightedMeasure (DIR/reconstruction.npz, its settings and "
-        "scores in DIR/reconstruction.json; nn-recon audit --glm DIR reports it)",
+        "scores in DIR/reconstruction.json; nn-recon audit --glm DIR reports it; default: print only)",
     )
     p.set_defaults(run=_glm)
 
@@ -247,45 +298,11 @@ def _load_points(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return table[:, :-1], table[:, -1]
 
 
-def _load_glm_inputs(args: argparse.Namespace) -> tuple[GLM, np.ndarray, np.ndarray]:
-    import numpy as np
-
-    from nn_recon.attacks.informed import GLM, glm_from_estimator
-
-    model_path = Path(args.model)
-    if not model_path.is_file():
-        raise ReconInputError(f"{model_path} does not exist")
-    if model_path.suffix == ".npz":
-        with np.load(model_path, allow_pickle=False) as saved:
-            missing = {"family", "coef"} - set(saved.files)
-            if missing:
-                raise ReconInputError(
-                    f"{model_path} lacks {sorted(missing)}; it needs family, coef[, intercept, l2]"
-                )
-            model = GLM(
-                str(saved["family"]),
-                saved["coef"],
-                saved["intercept"] if "intercept" in saved.files else None,
-                float(saved["l2"]) if "l2" in saved.files else 0.0,
-            )
-    else:
-        import joblib
-
-        try:
-            estimator = joblib.load(model_path)
-        except Exception as error:
-            raise ReconInputError(
-                f"could not load a fitted estimator from {model_path} ({type(error).__name__}: {error})"
-            ) from error
-        model = glm_from_estimator(estimator)
-    x, y = _load_points(Path(args.known))
-    return model, x, y
-
-
 def _glm(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.informed import reconstruct_target
+    from nn_recon.attacks.informed import load_glm, reconstruct_target
 
-    model, x, y = _load_glm_inputs(args)
+    model = load_glm(args.model, trust_pickle=args.trust_pickle)
+    x, y = _load_points(Path(args.known))
     true_x, true_y = _load_points(Path(args.truth)) if args.truth else (None, None)
     label = args.label
     if label is not None:
@@ -327,22 +344,22 @@ def _glm(args: argparse.Namespace) -> int:
 def _add_informed_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.data import DATASETS
 
-    p.add_argument("--dataset", default="mnist", choices=DATASETS)
-    p.add_argument("--data-root", help="folder with IDX / CIFAR-10 files (MNIST needs none)")
+    p.add_argument("--dataset", default="mnist", choices=DATASETS, help="the data set")
+    p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--fixed-set", type=int, default=1000, help="|D⁻|: training points the adversary knows")
     p.add_argument("--shadows", type=int, default=1000, help="K: shadow models")
     p.add_argument("--targets", type=int, default=1000, help="released models to attack (one target each)")
     p.add_argument("--widths", default="784,10,10", help="MLP layer sizes, input first")
-    p.add_argument("--activation", default="elu", choices=("elu", "relu", "tanh"))
-    p.add_argument("--epochs", type=int, default=100)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--activation", default="elu", choices=("elu", "relu", "tanh"), help="hidden activation")
+    p.add_argument("--epochs", type=int, default=100, help="training epochs of every model")
+    p.add_argument("--lr", type=float, default=0.1, help="every model's learning rate")
+    p.add_argument("--momentum", type=float, default=0.9, help="every model's gradient descent momentum")
     p.add_argument("--batch-size", type=int, help="mini-batch size (default: full batch)")
     p.add_argument("--random-init", action="store_true", help="each model from its own initialisation")
     p.add_argument("--epsilon", type=float, default=float("inf"), help="train with DP-GD at this ε (δ=1e-5)")
     p.add_argument("--clip-norm", type=float, default=1.0, help="DP-GD per-example clip norm")
     p.add_argument("--chunk-size", type=int, default=1000, help="models trained together per saved chunk")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds the split into D⁻, shadow and released targets")
     p.add_argument("--out", required=True, help="folder for the farms (reused by later runs) and results")
 
 
@@ -381,9 +398,7 @@ def _informed_config(args: argparse.Namespace, **reconn):
 
 
 def register_shadows(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "shadows", help="train the released models and the shadow farm (resumable, reused by reconn)"
-    )
+    p = _subcommand(subparsers, "shadows", "train the released models and the shadow farm (resumable)")
     _add_informed_arguments(p)
     p.set_defaults(run=_shadows)
 
@@ -400,14 +415,16 @@ def _shadows(args: argparse.Namespace) -> int:
 
 
 def register_reconn(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "reconn", help="informed adversary: RecoNN trained on the shadow farm, scored on the released models"
+    p = _subcommand(
+        subparsers,
+        "reconn",
+        "informed adversary: RecoNN trained on the shadow farm, scored on the released models",
     )
     _add_informed_arguments(p)
     p.add_argument("--representation", default="weights", choices=("weights", "logits"),
                    help="white box (parameters) or black box (logits on fixed probe inputs)")  # fmt: skip
-    p.add_argument("--reconn-epochs", type=int, default=200)
-    p.add_argument("--reconn-lr", type=float, default=1e-3)
+    p.add_argument("--reconn-epochs", type=int, default=200, help="RecoNN training epochs")
+    p.add_argument("--reconn-lr", type=float, default=1e-3, help="RecoNN Adam learning rate")
     p.add_argument("--reconn-hidden", default="1000,1000", help="RecoNN hidden widths")
     p.add_argument("--lpips-weight", type=float, default=0.0, help="add this times LPIPS to the RecoNN loss")
     p.set_defaults(run=_reconn)
@@ -470,16 +487,18 @@ def register_gan(subparsers: Subparsers) -> None:
     from nn_recon.gan import GAN_KINDS, GanConfig
 
     d = GanConfig()
-    p = subparsers.add_parser(
-        "gan", help="train the inversion setting's classifiers (if missing) and a GMI or KEDMI GAN prior"
+    p = _subcommand(
+        subparsers,
+        "gan",
+        "train the inversion setting's classifiers (if missing) and a GMI or KEDMI GAN prior",
     )
-    p.add_argument("--kind", default=d.kind, choices=GAN_KINDS)
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--latent-dim", type=int, default=d.latent_dim)
+    p.add_argument("--kind", default=d.kind, choices=GAN_KINDS, help="GMI's DCGAN or KEDMI's class-aware GAN")
+    p.add_argument("--steps", type=int, default=d.steps, help="GAN training steps")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="public images per step")
+    p.add_argument("--latent-dim", type=int, default=d.latent_dim, help="size of the latent vector z")
     p.add_argument("--width", type=int, default=d.width, help="generator/discriminator channels")
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate of both networks")
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds the networks and the batches")
     _add_setting_arguments(p)
     p.set_defaults(run=_gan)
 
@@ -489,14 +508,13 @@ def _gan(args: argparse.Namespace) -> int:
     from nn_recon.gan import GanConfig, sample_images
     from nn_recon.report import save_class_grid
 
+    gan_config = GanConfig(
+        args.kind, args.latent_dim, args.width, args.steps, args.batch_size, args.lr, args.seed
+    )
     config, setting = _setting(args, train=True)
     for name, value in test_accuracies(setting, config).items():
         _say(f"{name}: test accuracy {value:.3f}")
-    gan = prepare_gan(
-        GanConfig(args.kind, args.latent_dim, args.width, args.steps, args.batch_size, args.lr, args.seed),
-        setting,
-        args.workdir,
-    )
+    gan = prepare_gan(gan_config, setting, args.workdir)
     samples = sample_images(gan, 40).reshape(4, 10, *gan.image_shape)
     grid = save_class_grid(Path(args.workdir) / f"gan-{args.kind}-samples.png", samples, [""] * 4)
     _say(f"saved {gan_path(args.workdir, args.kind)} ({gan.seconds:.0f} s of training) and samples {grid}")
@@ -507,19 +525,24 @@ def register_invert(subparsers: Subparsers) -> None:
     from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
 
     d = InversionConfig()
-    p = subparsers.add_parser("invert", help="GAN-based model inversion of every private class of the target")
-    p.add_argument("--method", default=d.method, choices=METHODS)
+    p = _subcommand(subparsers, "invert", "GAN-based model inversion of every private class of the target")
+    p.add_argument("--method", default=d.method, choices=METHODS, help="GMI or KEDMI (which GAN prior)")
     p.add_argument("--loss", default=d.loss, choices=LOSSES, help="identity loss: ce, lom, ma or lomma")
     p.add_argument("--target", help="model to attack (default: <workdir>/target.pt)")
     p.add_argument("--gan", help="GAN prior (default: <workdir>/gan-<method>.pt)")
     p.add_argument("--restarts", type=int, default=d.restarts, help="latents per class")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--identity-weight", type=float, default=d.identity_weight)
+    p.add_argument("--steps", type=int, default=d.steps, help="optimisation steps of the latents")
+    p.add_argument("--lr", type=float, default=d.lr, help="the latents' learning rate")
+    p.add_argument(
+        "--identity-weight",
+        type=float,
+        default=d.identity_weight,
+        help="weight of the identity loss against the prior loss",
+    )
     p.add_argument("--feature-weight", type=float, default=d.feature_weight, help="LOM's λ")
     p.add_argument("--clip", type=float, default=d.clip, help="latents are clipped to [-clip, clip]")
     p.add_argument("--seeds", type=int, default=5, help="attack repeats (seed, seed + 1, ...)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed, help="the first repeat's seed")
     p.add_argument("--out", required=True, help="folder for the per-class measures, grid and summary")
     _add_setting_arguments(p)
     p.set_defaults(run=_invert)
@@ -530,8 +553,7 @@ def _invert(args: argparse.Namespace) -> int:
     from nn_recon.gan import load_gan
     from nn_recon.train import load_model
 
-    if args.seeds < 1:
-        raise ReconInputError(f"--seeds must be at least 1, got {args.seeds}")
+    require_at_least(1, seeds=args.seeds)
     config = InversionConfig(
         args.method, args.loss, args.restarts, args.steps, args.lr, args.identity_weight,
         args.feature_weight, args.clip, seed=args.seed,
@@ -556,8 +578,8 @@ SUBCOMMANDS += [register_gan, register_invert]
 
 
 def register_audit(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "audit", help="one self-contained HTML report (and JSON) of the attacks' saved outputs"
+    p = _subcommand(
+        subparsers, "audit", "one self-contained HTML report (and JSON) of the attacks' saved outputs"
     )
     out = "--out folders of nn-recon"
     p.add_argument("--stationarity", nargs="+", default=[], metavar="DIR",
@@ -566,7 +588,7 @@ def register_audit(subparsers: Subparsers) -> None:
     p.add_argument("--inversion", nargs="+", default=[], metavar="DIR", help=f"{out} invert")
     p.add_argument("--glm", nargs="+", default=[], metavar="DIR", help=f"{out} glm")
     p.add_argument("--report", required=True, metavar="OUT.html", help="the HTML report to write")
-    p.add_argument("--json", metavar="OUT.json", help="the same numbers as JSON")
+    p.add_argument("--json", metavar="OUT.json", help="the same numbers as JSON (default: none)")
     p.set_defaults(run=_audit)
 
 
@@ -587,7 +609,7 @@ SUBCOMMANDS.append(register_audit)
 
 
 def _global_options(parser: argparse.ArgumentParser) -> None:
-    threads_help = "torch CPU threads (default 1: on a shared 2-core machine 2 threads were slower)"
+    threads_help = "torch CPU threads (on a shared 2-core machine 2 threads were slower than 1)"
     parser.add_argument("--threads", type=int, default=1, help=threads_help)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -597,14 +619,15 @@ def _prepare(args: argparse.Namespace) -> None:
 
     from nn_recon import progress
 
-    if args.threads < 1:
-        raise ReconInputError(f"--threads must be at least 1, got {args.threads}")
+    require_at_least(1, threads=args.threads)
     torch.set_num_threads(args.threads)
     progress.enable(not args.quiet)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return command.build_parser("nn-recon", __doc__.splitlines()[0], SUBCOMMANDS, _global_options)
+    parser = command.build_parser("nn-recon", __doc__.splitlines()[0], SUBCOMMANDS, _global_options)
+    parser.formatter_class = _HelpFormatter
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from nn_recon.checkpoint import save_atomically
-from nn_recon.errors import ReconInputError
+from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
+from nn_recon.errors import ReconInputError, require_at_least, require_positive
 from nn_recon.progress import progress
 
 GAN_KINDS = ("gmi", "kedmi")
@@ -43,8 +43,15 @@ class GanConfig:
     def __post_init__(self) -> None:
         if self.kind not in GAN_KINDS:
             raise ReconInputError(f"GAN kind must be one of {GAN_KINDS}, got {self.kind!r}")
-        if min(self.latent_dim, self.width, self.steps, self.batch_size, self.checkpoint_every) < 1:
-            raise ReconInputError("latent_dim, width, steps, batch_size and checkpoint_every must be >= 1")
+        require_at_least(
+            1,
+            latent_dim=self.latent_dim,
+            width=self.width,
+            steps=self.steps,
+            batch_size=self.batch_size,
+            checkpoint_every=self.checkpoint_every,
+        )
+        require_positive(lr=self.lr)
 
 
 class Generator(nn.Module):
@@ -140,7 +147,7 @@ def train_gan(
     start, seconds, rng = 0, 0.0, torch.Generator().manual_seed(config.seed + 1)
     checkpoint = Path(checkpoint) if checkpoint else None
     if checkpoint and checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=True)
+        state = load_torch_file(checkpoint, "a GAN training checkpoint", "delete it to start over")
         if state["config"] != asdict(config):
             raise ReconInputError(f"checkpoint {checkpoint} was written for another GAN config; delete it")
         for name, module in modules.items():
@@ -193,13 +200,13 @@ def load_gan(path: str | Path) -> Gan:
     path = Path(path)
     if not path.is_file():
         raise ReconInputError(f"GAN file {path} does not exist; train it with nn-recon gan")
-    state = torch.load(path, weights_only=True)
+    state = load_torch_file(path, "a GAN written by nn-recon gan", "delete it and rerun nn-recon gan")
     if not isinstance(state, dict) or state.get("format") != GAN_FORMAT:
         raise ReconInputError(f"{path} is not a GAN written by nn-recon gan (no {GAN_FORMAT!r} tag)")
     config = GanConfig(**state["config"])
     generator, discriminator = _networks(config, tuple(state["image_shape"]), state["num_classes"])
-    generator.load_state_dict(state["generator"])
-    discriminator.load_state_dict(state["discriminator"])
+    load_weights(generator, state["generator"], path)
+    load_weights(discriminator, state["discriminator"], path)
     generator.eval()
     discriminator.eval()
     return Gan(generator, discriminator, config, state["num_classes"], state["steps"], state["seconds"])

@@ -1,7 +1,7 @@
-"""How close reconstructions are to training images: NCC matching, SSIM, MSE, LPIPS, success counts.
+"""How close reconstructions are to training images: NCC matching, SSIM, PSNR, MSE, LPIPS, success counts.
 
-Images are numpy arrays (n, C, H, W) in [0, 1]. SSIM is scikit-image's; LPIPS comes from
-``nn_recon.lpips`` (the real v0.1 weights), imported only when asked for.
+Images are numpy arrays (n, C, H, W) in [0, 1]. SSIM and PSNR are scikit-image's (data range 1);
+LPIPS comes from ``nn_recon.lpips`` (the real v0.1 weights), imported only when asked for.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from nn_recon.errors import ReconInputError, require_at_least
 
 THRESHOLDS = (0.4, 0.5, 0.6)
 
@@ -35,13 +37,19 @@ def pairwise_ncc(a: np.ndarray, b: np.ndarray, downsample: int = 1) -> np.ndarra
     return standardised(a) @ standardised(b).T
 
 
+def _image_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``b`` as float64, refused unless they are two (n, C, H, W) arrays of one shape."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 4:
+        raise ValueError(f"need two (n, C, H, W) image arrays of one shape, got {a.shape} and {b.shape}")
+    return a, b
+
+
 def ssim(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """SSIM of each pair a[k], b[k] (scikit-image, data range 1, channels averaged): shape (n,)."""
     from skimage.metrics import structural_similarity
 
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 4:
-        raise ValueError(f"ssim needs two (n, C, H, W) arrays of one shape, got {a.shape} and {b.shape}")
+    a, b = _image_pairs(a, b)
     side = min(a.shape[2:])
     window = min(7, side if side % 2 else side - 1)  # scikit-image needs an odd window inside the image
     scores = [
@@ -49,6 +57,18 @@ def ssim(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         for x, y in zip(a, b, strict=True)
     ]
     return np.array(scores)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PSNR in dB of each pair a[k], b[k] (scikit-image, data range 1, so 10·log10(1 / MSE)): shape (n,).
+
+    Identical images score infinity.
+    """
+    from skimage.metrics import peak_signal_noise_ratio
+
+    a, b = _image_pairs(a, b)
+    with np.errstate(divide="ignore"):  # MSE 0: identical images, infinitely many dB
+        return np.array([peak_signal_noise_ratio(x, y, data_range=1.0) for x, y in zip(a, b, strict=True)])
 
 
 def mse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -77,12 +97,13 @@ def stretch_contrast(images: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MatchResult:
-    """For every training image, its nearest reconstruction (by NCC) and their SSIM."""
+    """For every training image, its nearest reconstruction (by NCC) and their SSIM and PSNR (dB)."""
 
     train_index: np.ndarray
     recon_index: np.ndarray
     ncc: np.ndarray
     ssim: np.ndarray
+    psnr: np.ndarray
 
     def successes(self, thresholds: Sequence[float] = THRESHOLDS) -> dict[float, int]:
         """How many training images have a reconstruction with SSIM at or above each threshold."""
@@ -93,12 +114,20 @@ class MatchResult:
         several training images counts once here (the papers' count above credits it every time)."""
         return {t: len(np.unique(self.recon_index[self.ssim >= t])) for t in thresholds}
 
+    def mean_psnr(self, thresholds: Sequence[float] = THRESHOLDS) -> dict[float, float | None]:
+        """The mean PSNR (dB) of those successes; None where there are none."""
+        successes = {t: self.psnr[self.ssim >= t] for t in thresholds}
+        return {t: float(scores.mean()) if len(scores) else None for t, scores in successes.items()}
+
     def to_json(self, thresholds: Sequence[float] = THRESHOLDS) -> dict[str, Any]:
-        """The counts by threshold (as strings, JSON's keys) and every training image's SSIM."""
+        """The counts and mean PSNR by threshold (as strings, JSON's keys), every training image's SSIM
+        and PSNR."""
         return {
             "successes": {str(t): n for t, n in self.successes(thresholds).items()},
             "distinct": {str(t): n for t, n in self.distinct(thresholds).items()},
+            "mean_psnr": {str(t): value for t, value in self.mean_psnr(thresholds).items()},
             "ssim": self.ssim.tolist(),
+            "psnr": self.psnr.tolist(),
         }
 
     def ranked(self) -> np.ndarray:
@@ -115,19 +144,20 @@ def match(
     candidates: int = 5,
     stretch: bool = False,
 ) -> MatchResult:
-    """Match every training image to a reconstruction and score the pair with SSIM.
+    """Match every training image to a reconstruction and score the pair with SSIM and PSNR.
 
     The ``candidates`` reconstructions nearest by NCC (only those of the same class when labels
     are given) are scored and the best SSIM is kept, so that NCC only has to shortlist. With
     ``stretch`` each reconstruction is min-max rescaled to [0, 1] before SSIM (the papers' figures
     do this: the attack recovers shape better than contrast); the default scores them as they are.
     """
+    require_at_least(1, downsample=downsample, candidates=candidates)
     if len(reconstructions) == 0:
-        raise ValueError("there are no reconstructions to match")
+        raise ReconInputError("there are no reconstructions to match")
     if reconstructions.shape[1:] != train_images.shape[1:]:
-        raise ValueError(
-            f"reconstructions {reconstructions.shape[1:]} and training images "
-            f"{train_images.shape[1:]} differ in shape"
+        raise ReconInputError(
+            f"reconstructions {reconstructions.shape[1:]} and training images {train_images.shape[1:]} "
+            "differ in shape; match a reconstruction against the model it was made from"
         )
     if stretch:
         reconstructions = stretch_contrast(reconstructions)
@@ -146,6 +176,7 @@ def match(
         recon_index=recon_index,
         ncc=similarity[np.arange(len(train_images)), recon_index],
         ssim=scores[np.arange(len(train_images)), best],
+        psnr=psnr(train_images, reconstructions[recon_index]),
     )
 
 
@@ -184,13 +215,14 @@ def kl_divergence(classifier, targets: np.ndarray, reconstructions: np.ndarray) 
 
 @dataclass(frozen=True)
 class InformedScores:
-    """Per-target scores of an informed-adversary attack, all (n,) arrays."""
+    """Per-target scores of an informed-adversary attack, all (n,) arrays; PSNR in dB."""
 
     mse: np.ndarray
     oracle_mse: np.ndarray
     oracle_index: np.ndarray
     lpips: np.ndarray
     kl: np.ndarray
+    psnr: np.ndarray
 
     @property
     def success_rate(self) -> float:
@@ -202,6 +234,7 @@ class InformedScores:
             "mean_mse": float(self.mse.mean()),
             "mean_oracle_mse": float(self.oracle_mse.mean()),
             "success_rate": self.success_rate,
+            "mean_psnr": float(self.psnr.mean()),
             "mean_lpips": float(self.lpips.mean()),
             "mean_kl": float(self.kl.mean()),
         }
@@ -210,7 +243,7 @@ class InformedScores:
 def score_informed(
     targets: np.ndarray, reconstructions: np.ndarray, oracle_pool: np.ndarray, classifier, block: int = 256
 ) -> InformedScores:
-    """MSE, nearest-neighbour oracle, LPIPS and KL of each reconstruction against its target."""
+    """MSE, nearest-neighbour oracle, LPIPS, KL and PSNR of each reconstruction against its target."""
     oracle_mse, oracle_index = nearest_neighbours(targets, oracle_pool, block)
     blocks = range(0, len(targets), block)
     return InformedScores(
@@ -219,6 +252,7 @@ def score_informed(
         oracle_index=oracle_index,
         lpips=np.concatenate([lpips(targets[i : i + block], reconstructions[i : i + block]) for i in blocks]),
         kl=kl_divergence(classifier, targets, reconstructions),
+        psnr=psnr(targets, reconstructions),
     )
 
 

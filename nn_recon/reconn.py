@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nn_recon.checkpoint import save_atomically
+from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
 from nn_recon.errors import ReconInputError
 from nn_recon.progress import progress
 
@@ -117,12 +117,12 @@ def train_reconstructor(
     path = Path(checkpoint) if checkpoint is not None else None
     first_epoch = 0
     if path is not None and path.exists():
-        state = torch.load(path, weights_only=True)
+        state = load_torch_file(path, "a RecoNN checkpoint", "delete it to start over")
         if json.loads(state["meta"]) != json.loads(json.dumps(meta)):
             raise ReconInputError(
                 f"{path} is a checkpoint of another RecoNN run; use a new path or delete it"
             )
-        model.load_state_dict(state["model"])
+        load_weights(model, state["model"], path)
         optimiser.load_state_dict(state["optimiser"])
         generator.set_state(state["generator"])
         first_epoch = state["epoch"]

@@ -11,13 +11,16 @@ from nn_recon.metrics import THRESHOLDS, MatchResult
 
 
 def success_table(result: MatchResult, thresholds: tuple[float, ...] = THRESHOLDS) -> str:
-    """How many of the training images were reconstructed at each SSIM threshold, as text."""
+    """How many of the training images were reconstructed at each SSIM threshold, by how many
+    different reconstructions, and those pairs' mean PSNR, as text."""
     n = len(result.ssim)
-    distinct = result.distinct(thresholds)
-    rows = [f"{'SSIM >=':>8} | {'reconstructed':>13} | {'of':>4} | {'distinct reconstructions':>24}"]
+    distinct, psnr = result.distinct(thresholds), result.mean_psnr(thresholds)
+    header = ("SSIM >=", "reconstructed", "of", "distinct reconstructions", "their mean PSNR (dB)")
+    rows = [f"{header[0]:>8} | {header[1]:>13} | {header[2]:>4} | {header[3]:>24} | {header[4]:>20}"]
     rows.append("-" * len(rows[0]))
     rows += [
-        f"{t:>8.2f} | {count:>13d} | {n:>4d} | {distinct[t]:>24d}"
+        f"{t:>8.2f} | {count:>13d} | {n:>4d} | {distinct[t]:>24d} | "
+        + ("-" if psnr[t] is None else f"{psnr[t]:.2f}").rjust(20)
         for t, count in result.successes(thresholds).items()
     ]
     return "\n".join(rows)

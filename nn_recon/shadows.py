@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
+from nn_recon.checkpoint import load_torch_file
 from nn_recon.dp import DPConfig, noise_multiplier
 from nn_recon.errors import ReconInputError
 from nn_recon.progress import progress
@@ -470,7 +471,7 @@ def build_farm(
     for chunk in chunks:
         chunk_path = path / f"chunk_{chunk.index:05d}.pt" if path is not None else None
         if chunk_path is not None and chunk_path.exists():
-            results[chunk.index] = torch.load(chunk_path, weights_only=True)
+            results[chunk.index] = load_torch_file(chunk_path, "a farm chunk", "delete it to retrain it")
         else:
             missing.append(chunk)
 

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from nn_recon.checkpoint import save_atomically
+from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
 from nn_recon.data import TaskData, make_task
-from nn_recon.errors import ReconInputError
+from nn_recon.errors import ReconInputError, require_at_least, require_positive
 from nn_recon.models import Architecture, Network, build_network, margins, predict
 from nn_recon.progress import progress
 
@@ -45,6 +45,13 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 1000
     data_root: str | None = None
+
+    def __post_init__(self) -> None:
+        require_at_least(
+            1, per_class=self.per_class, max_steps=self.max_steps, checkpoint_every=self.checkpoint_every
+        )
+        require_positive(lr=self.lr, first_layer_scale=self.first_layer_scale)
+        require_at_least(0, target_loss=self.target_loss, weight_decay=self.weight_decay)
 
 
 @dataclass
@@ -131,12 +138,12 @@ def train_target(
     start, history = 0, []
     checkpoint = Path(checkpoint) if checkpoint else None
     if checkpoint and checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=True, map_location=device)
+        state = load_torch_file(checkpoint, "a training checkpoint", "delete it to start over", device)
         if state.get("config") != asdict(config):
             raise ReconInputError(
                 f"checkpoint {checkpoint} was written for another config; delete it to start over"
             )
-        network.load_state_dict(state["state_dict"])
+        load_weights(network, state["state_dict"], checkpoint)
         start, history = state["step"], list(state["history"])
 
     def save_checkpoint(next_step: int) -> None:
@@ -206,12 +213,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None) 
     path = Path(path)
     if not path.is_file():
         raise ReconInputError(f"model file {path} does not exist")
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as error:
-        raise ReconInputError(
-            f"{path} is not a model file written by nn-recon train ({type(error).__name__}: {error})"
-        ) from None
+    state = load_torch_file(
+        path, "a model file written by nn-recon train", "pass the --out file of nn-recon train"
+    )
     if not isinstance(state, dict) or state.get("format") != MODEL_FORMAT:
         raise ReconInputError(
             f"{path} is not a model file written by nn-recon train (no {MODEL_FORMAT!r} tag)"
@@ -219,7 +223,7 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None) 
     try:
         architecture = Architecture.from_dict(state["architecture"])
         network = Network(architecture)
-        network.load_state_dict(state["state_dict"])
+        load_weights(network, state["state_dict"], path)
     except (KeyError, TypeError, RuntimeError) as error:
         raise ReconInputError(f"{path} has an unknown or inconsistent architecture: {error}") from None
     stored_dtype = next(iter(state["state_dict"].values())).dtype

@@ -25,6 +25,7 @@ the label is known; the gradient norm of the training objective at the reconstru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -76,6 +77,10 @@ class GLM:
                 raise ReconInputError(
                     f"intercept has shape {intercept.shape} but coef has {coef.shape[0]} output rows"
                 )
+        if not (np.all(np.isfinite(coef)) and (intercept is None or np.all(np.isfinite(intercept)))):
+            raise ReconInputError(
+                "the model's coef or intercept holds NaN or infinite values; refit the model and save it"
+            )
         if not (np.isfinite(self.l2) and self.l2 >= 0):
             raise ReconInputError(f"the L2 strength must be finite and >= 0, got {self.l2}")
         if self.family == "multinomial" and coef.shape[0] < 3:
@@ -164,6 +169,87 @@ def glm_from_estimator(estimator: Any) -> GLM:
     l2 = 0.0 if estimator.penalty is None or np.isinf(estimator.C) else 1.0 / estimator.C
     family: Family = "bernoulli" if len(estimator.classes_) == 2 else "multinomial"
     return GLM(family, estimator.coef_, intercept, l2=l2, classes=estimator.classes_)
+
+
+def skops_allowed_types() -> frozenset[str]:
+    """What a .skops GLM file may hold beyond skops's own trusted types: the three linear models and
+    numpy's scalar types, by the names :func:`skops.io.get_untrusted_types` gives."""
+    from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
+
+    numpy_types = (np.dtype, np.ndarray, np.bool_, np.str_, np.int32, np.int64, np.float32, np.float64)
+    return frozenset(
+        f"{t.__module__}.{t.__name__}" for t in (LinearRegression, Ridge, LogisticRegression, *numpy_types)
+    )
+
+
+def _load_skops(path: Path) -> Any:
+    """The estimator in a skops file, built without running code from it: a type that skops does not
+    trust by default must be one of :func:`skops_allowed_types`, and only those are trusted."""
+    import skops.io
+
+    def unreadable(error: Exception) -> ReconInputError:
+        return ReconInputError(f"{path} is not a readable skops file ({type(error).__name__}: {error})")
+
+    try:
+        untrusted = skops.io.get_untrusted_types(file=path)
+    except Exception as error:
+        raise unreadable(error) from None
+    refused = sorted(set(untrusted) - skops_allowed_types())
+    if refused:
+        raise ReconInputError(
+            f"{path} holds types other than the sklearn linear models and numpy types a model file may "
+            f"hold: {', '.join(refused)}; save a fitted LinearRegression, Ridge or LogisticRegression with "
+            "skops.io.dump"
+        )
+    try:
+        return skops.io.load(path, trusted=untrusted)
+    except Exception as error:
+        raise unreadable(error) from None
+
+
+def _glm_from_npz(path: Path) -> GLM:
+    with np.load(path, allow_pickle=False) as saved:
+        missing = {"family", "coef"} - set(saved.files)
+        if missing:
+            raise ReconInputError(f"{path} lacks {sorted(missing)}; it needs family, coef[, intercept, l2]")
+        return GLM(
+            str(saved["family"]),
+            saved["coef"],
+            saved["intercept"] if "intercept" in saved.files else None,
+            float(saved["l2"]) if "l2" in saved.files else 0.0,
+        )
+
+
+def load_glm(path: str | Path, trust_pickle: bool = False) -> GLM:
+    """The released GLM in ``path``, read without running code from it unless ``trust_pickle``.
+
+    ``.npz``: plain arrays family, coef[, intercept, l2]. ``.skops``: a fitted sklearn
+    LinearRegression, Ridge or LogisticRegression saved with ``skops.io.dump``, read by skops's secure
+    loader. Anything else is a joblib/pickle file, whose unpickling runs whatever code it holds: it is
+    refused unless ``trust_pickle``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ReconInputError(f"{path} does not exist")
+    if path.suffix == ".npz":
+        return _glm_from_npz(path)
+    if path.suffix == ".skops":
+        return glm_from_estimator(_load_skops(path))
+    if not trust_pickle:
+        raise ReconInputError(
+            f"refusing to unpickle {path}: loading a joblib/pickle file runs any code it holds. Save the "
+            "model as .skops (skops.io.dump) or as an .npz of family, coef, intercept, l2; or, for a file "
+            "you made yourself, pass --trust-pickle"
+        )
+    import joblib
+
+    try:
+        estimator = joblib.load(path)
+    except Exception as error:
+        raise ReconInputError(
+            f"could not load a fitted estimator from {path} ({type(error).__name__}: {error})"
+        ) from error
+    return glm_from_estimator(estimator)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from bayes_recon.measure import WeightedMeasure
+from nn_recon.checkpoint import load_torch_file, load_weights
 from nn_recon.data import TaskData, balanced_subset, check_images, load_mnist
 from nn_recon.errors import ReconInputError
 from nn_recon.gan import Gan, GanConfig, load_gan, save_gan, train_gan
@@ -103,10 +104,10 @@ def fit_classifier(
     rng = torch.Generator().manual_seed(seed)
     start, seconds = 0, 0.0
     if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=True)
+        state = load_torch_file(checkpoint, "a classifier checkpoint", "delete it to start over")
         if state["config"] != asdict(config):
             raise ReconInputError(f"checkpoint {checkpoint} was written for another setting; delete it")
-        network.load_state_dict(state["network"])
+        load_weights(network, state["network"], checkpoint)
         optimiser.load_state_dict(state["optimiser"])
         rng.set_state(state["rng"])
         start, seconds = state["epoch"], state["seconds"]

@@ -33,8 +33,8 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 from bayes_recon.measure import WeightedMeasure
-from nn_recon.checkpoint import save_atomically
-from nn_recon.errors import ReconInputError
+from nn_recon.checkpoint import load_torch_file, save_atomically
+from nn_recon.errors import ReconInputError, require_at_least, require_positive
 from nn_recon.metrics import pairwise_ncc
 from nn_recon.models import margins
 from nn_recon.progress import progress
@@ -65,6 +65,16 @@ class StationarityConfig:
     dtype: str = "float32"
     device: str = "auto"
     checkpoint_every: int = 500
+
+    def __post_init__(self) -> None:
+        require_at_least(1, points=self.points, runs=self.runs, steps=self.steps)
+        require_at_least(1, runs_per_batch=self.runs_per_batch, checkpoint_every=self.checkpoint_every)
+        if self.weight_decay is not None:
+            require_positive(weight_decay=self.weight_decay)
+        for name in ("lr", "init_scale", "lambda_min", "beta"):
+            for bound in getattr(self, name):
+                require_positive(**{name: bound})
+        require_positive(lambda_lr_factor=self.lambda_lr_factor)
 
 
 @dataclass(frozen=True)
@@ -273,7 +283,7 @@ def _optimise_batch(
     losses = torch.full((len(settings),), math.nan, dtype=dtype, device=device)
     start = 0
     if checkpoint and checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=True, map_location=device)
+        state = load_torch_file(checkpoint, "an attack checkpoint", "delete it to redo its runs", device)
         x, lam, stopped, losses = state["x"], state["lam"], state["stopped"], state["losses"]
         start = state["step"]
         optimiser.load(state["adam"])
@@ -297,8 +307,7 @@ def _optimise_batch(
         if checkpoint and (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
             state = {"x": x, "lam": lam, "stopped": stopped, "losses": losses, "step": step + 1}
             save_atomically(checkpoint, {**state, "adam": optimiser.state()})
-    if config.steps:
-        losses = torch.where(stopped, losses, vmap(loss)(x, lam, beta))
+    losses = torch.where(stopped, losses, vmap(loss)(x, lam, beta))
     diverged = [s.index for s, bad in zip(settings, stopped.tolist(), strict=True) if bad]
     return x, lam, beta, losses, diverged
 

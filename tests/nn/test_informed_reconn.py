@@ -35,7 +35,7 @@ def test_nearest_neighbours_and_success_rate():
     distances, index = nearest_neighbours(targets, pool, block=1)
     np.testing.assert_allclose(distances, [0.04, 0.01])
     assert index.tolist() == [0, 1]
-    scores = InformedScores(np.array([0.01, 0.02]), distances, index, np.zeros(2), np.zeros(2))
+    scores = InformedScores(np.array([0.01, 0.02]), distances, index, np.zeros(2), np.zeros(2), np.zeros(2))
     assert scores.success_rate == 0.5
 
 
@@ -83,6 +83,8 @@ def test_attack_on_digits_beats_the_mean_image_and_most_oracles(tmp_path):
     summary = result.summary()
     assert summary["mean_mse"] < 0.5 * mean_image_mse.mean()
     assert summary["success_rate"] > 0.5
+    np.testing.assert_allclose(result.scores.psnr, 10 * np.log10(1 / result.scores.mse), rtol=1e-10)
+    assert summary["mean_psnr"] == pytest.approx(result.scores.psnr.mean())
     assert result.measure.total_mass() == SMALL.targets
     assert result.measure.points["image"].shape == (SMALL.targets, 1, 8, 8)
     saved = result.save(tmp_path / "report")

@@ -33,7 +33,7 @@ def _stationarity(folder):
 
 def _informed(folder):
     images = torch.rand(3, 5, 1, 8, 8)
-    scores = InformedScores(RNG.random(5), RNG.random(5), np.arange(5), RNG.random(5), RNG.random(5))
+    scores = InformedScores(*RNG.random((2, 5)), np.arange(5), *RNG.random((3, 5)))
     summary = {**scores.summary(), "released_test_accuracy": 0.875}
     measure = WeightedMeasure.empirical(
         {"image": images[1].numpy()}, attack="informed-reconn", config=asdict(InformedAttackConfig()),
@@ -77,6 +77,11 @@ def test_json_holds_each_attacks_settings_and_scores(report):
     assert [row[:3] for row in stationarity["table"]["rows"]] == [
         [t, int(np.sum(ssim >= t)), len(ssim)] for t in (0.4, 0.5, 0.6)
     ]
+    psnr = np.array(matched["psnr"])
+    assert [row[4] for row in stationarity["table"]["rows"]] == [
+        pytest.approx(psnr[ssim >= t].mean()) if np.any(ssim >= t) else None for t in (0.4, 0.5, 0.6)
+    ]
+    assert "mean_psnr" in dict(informed["table"]["rows"])
     assert dict(informed["table"]["rows"]) == summary and informed["settings"]["farm.epochs"] == 100
     assert inversion["table"]["rows"] == [["top1", 0.75, pytest.approx(0.5**1.5)], ["top5", 1.0, 0.0],
                                           ["knn", 2.5, pytest.approx(0.5**0.5)]]  # fmt: skip
@@ -89,7 +94,8 @@ def test_html_shows_the_same_numbers_and_embeds_every_grid(report):
     assert text.count("data:image/png;base64,") == 3 and "<script" not in text and "src='http" not in text
     for attack in data["attacks"]:
         for row in attack["table"]["rows"]:
-            cells = "".join(f"<td>{f'{v:.4g}' if isinstance(v, float) else v}</td>" for v in row)
+            shown = ("–" if v is None else f"{v:.4g}" if isinstance(v, float) else v for v in row)
+            cells = "".join(f"<td>{v}</td>" for v in shown)
             assert f"<tr>{cells}</tr>" in text
 
 

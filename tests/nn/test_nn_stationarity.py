@@ -100,6 +100,21 @@ def test_surrogate_keeps_relu_values_and_its_gradient_tends_to_relus():
     assert errors[0] > errors[1] > errors[2] and errors[2] < 1e-10
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"steps": -5}, "--steps must be at least 1, got -5"),
+        ({"runs": -1}, "--runs must be at least 1, got -1"),
+        ({"lr": (0.0, 1e-3)}, "--lr must be above 0, got 0.0"),
+        ({"beta": (30.0, float("nan"))}, "--beta must be a finite number, got nan"),
+        ({"weight_decay": -1.0}, "--weight-decay must be above 0, got -1.0"),
+    ],
+)
+def test_config_refuses_bad_values_when_made(change, message):
+    with pytest.raises(ReconInputError, match=message):
+        StationarityConfig(**change)
+
+
 def test_points_fewer_than_classes_is_a_clear_error():
     with pytest.raises(ReconInputError, match="smaller than the 10 classes"):
         candidate_labels(5, 10)

@@ -1,3 +1,6 @@
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -26,20 +29,24 @@ def test_training_reaches_a_low_loss_and_classifies_its_training_set():
     assert accuracy(model, model.train_images, model.train_labels) == 1.0
 
 
-def test_resumed_training_equals_an_uninterrupted_run(tmp_path):
-    straight = train_target(TINY)
+def _interrupted_at(step: int, checkpoint):
+    """Train TINY with ``checkpoint``, stopped at ``step``: the checkpoint holds the steps before it."""
 
     class Interrupt(Exception):
         pass
 
-    def stop(step, loss):
-        if step == 300:
+    def stop(at, loss):
+        if at == step:
             raise Interrupt
 
-    checkpoint = tmp_path / "model.ckpt"
     with pytest.raises(Interrupt):
         train_target(TINY, checkpoint=checkpoint, on_step=stop)
-    resumed = train_target(TINY, checkpoint=checkpoint)
+    return checkpoint
+
+
+def test_resumed_training_equals_an_uninterrupted_run(tmp_path):
+    straight = train_target(TINY)
+    resumed = train_target(TINY, checkpoint=_interrupted_at(300, tmp_path / "model.ckpt"))
     for a, b in zip(straight.network.parameters(), resumed.network.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert [h[0] for h in resumed.history] == list(range(0, 401, 100))
@@ -54,6 +61,31 @@ def test_saved_model_round_trips_with_weights_only(tmp_path):
     torch.testing.assert_close(loaded.network(x), model.network(x))
     assert loaded.classes == ("odd", "even") and loaded.architecture == model.architecture
     np.testing.assert_array_equal(loaded.train_labels, model.train_labels)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"max_steps": -1}, "--max-steps must be at least 1, got -1"),
+        ({"per_class": 0}, "--per-class must be at least 1, got 0"),
+        ({"lr": 0.0}, "--lr must be above 0, got 0.0"),
+        ({"weight_decay": -0.1}, "--weight-decay must be at least 0, got -0.1"),
+        ({"first_layer_scale": float("inf")}, "--first-layer-scale must be a finite number, got inf"),
+    ],
+)
+def test_config_refuses_bad_values_when_made(change, message):
+    with pytest.raises(ReconInputError, match=message):
+        dataclasses.replace(TINY, **change)
+
+
+def test_a_checkpoint_with_nan_weights_is_refused(tmp_path):
+    checkpoint = _interrupted_at(100, tmp_path / "model.ckpt")
+    state = torch.load(checkpoint, weights_only=True)
+    state["state_dict"]["hidden.0.weight"][0, 0] = float("nan")
+    torch.save(state, checkpoint)
+    message = re.escape("model.ckpt holds NaN or infinite weights (hidden.0.weight)")
+    with pytest.raises(ReconInputError, match=message):
+        train_target(TINY, checkpoint=checkpoint)
 
 
 def test_foreign_or_broken_model_files_are_clear_errors(tmp_path):
