@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -102,10 +102,19 @@ def levels(support: Constraint) -> tuple[float, ...] | None:
     if support is constraints.boolean or isinstance(support, Dummy):
         return (0.0, 1.0)
     if isinstance(support, constraints._IntegerInterval):
-        low, high = (np.asarray(b) for b in (support.lower_bound, support.upper_bound))
-        if low.size == 1 and high.size == 1 and 0 <= high - low < MAX_STRATA:
+        low, high = common_bound(support.lower_bound), common_bound(support.upper_bound)
+        if low is not None and high is not None and 0 <= high - low < MAX_STRATA:
             return tuple(float(v) for v in range(int(low), int(high) + 1))
     return None
+
+
+def common_bound(bound: Any) -> float | None:
+    """A support's bound as one number, or None when it differs between rows.
+
+    NumPyro broadcasts a Binomial's ``total_count`` to the batch, so a scalar count arrives as an
+    array of equal values."""
+    values = np.unique(np.asarray(bound))
+    return float(values[0]) if values.size == 1 else None
 
 
 def is_discrete(support: Constraint) -> bool:

@@ -41,11 +41,13 @@ def relaxed(support: Constraint) -> Constraint | None:
     if pseudo.is_discrete(support):
         return support
     if isinstance(support, constraints._IntegerGreaterThan):
-        bound = float(np.asarray(support.lower_bound))
+        bound = pseudo.common_bound(support.lower_bound)
+        if bound is None:
+            return None
         return constraints.positive if bound == 0 else constraints.greater_than(bound)
     if isinstance(support, constraints._IntegerInterval):
-        low, high = (np.asarray(b) for b in (support.lower_bound, support.upper_bound))
-        return constraints.interval(float(low), float(high)) if low.size == high.size == 1 else None
+        low, high = pseudo.common_bound(support.lower_bound), pseudo.common_bound(support.upper_bound)
+        return None if low is None or high is None else constraints.interval(low, high)
     if support.is_discrete or support.event_dim != 0:
         return None
     return support

@@ -74,8 +74,15 @@ def test_responses_take_their_support_from_the_model():
         with numpyro.plate("rows", x.shape[0]):
             numpyro.sample("y", dist.Gamma(2.0, 2.0 / jnp.exp(a * x)), obs=y)
 
+    def binomial(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Binomial(5, logits=a * x), obs=y)
+
     shapes = {"x": (), "y": ()}
     assert column_supports(poisson_regression, shapes, {}, {})["y"] is constraints.positive
+    trials = column_supports(binomial, shapes, {}, {})["y"]  # the count arrives broadcast to the rows
+    assert pseudo.levels(trials) == (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
     assert column_supports(logistic_regression, shapes, {}, {})["y"] is constraints.boolean
     assert column_supports(gamma, shapes, {}, {})["y"] is constraints.positive
     assert column_supports(poisson_regression, shapes, {}, {})["x"] is constraints.real
