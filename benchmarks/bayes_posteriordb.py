@@ -71,7 +71,9 @@ def run_posterior(
     seeds: list[int],
     bootstrap: int,
     save: Callable[[list[dict]], None],
+    on_result: Callable[[dict, br.Reconstruction], None] | None = None,
 ) -> list[dict]:
+    """Attack ``name`` at every M and seed; ``on_result(row, reconstruction)`` may add to each row."""
     entry = REGISTRY[name]
     posterior = load_posterior(name, database)
     data = entry.model_data(posterior.data)
@@ -121,6 +123,8 @@ def run_posterior(
                 }
             )
             print(format_row(rows[-1]), flush=True)
+            if on_result is not None:
+                on_result(rows[-1], result)
             save(rows)
     return rows
 
