@@ -90,7 +90,10 @@ def optax_optimiser(objective: Objective, config: OptimiserConfig, steps: int) -
             value = optax.tree_utils.tree_get(opt_state, "value")
             grad = optax.tree_utils.tree_get(opt_state, "grad")
         new = RunState(params, opt_state, value, grad, key)
-        return tree_where(jnp.isfinite(value) & _finite(params) & _finite(grad), new, state._replace(key=key))
+        # A zoom line search that runs out of steps returns its last trial, which may be far worse.
+        kept = value <= state.value if reuse else True
+        accept = kept & jnp.isfinite(value) & _finite(params) & _finite(grad)
+        return tree_where(accept, new, state._replace(key=key))
 
     return Optimiser(init, step)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -248,8 +249,10 @@ def initial(n_points: int, layout: Layout) -> Pseudo:
     return Pseudo(cloud, Points(jnp.zeros((c, n_points, d)), jnp.zeros((c, n_points))))
 
 
-LOG_SCALE_GRID = tuple(float(v) for v in range(-2, 13))  # e^-2 … e^12 ≈ 0.1 … 160,000
-SHIFT_GRID = (0.0, *(sign * float(np.exp(k / 2)) for k in range(-4, 25) for sign in (1, -1)))  # ±e^-2 … ±e^12
+# A column's spread and location may sit anywhere from 1e-6 to 1e6 (a unit change of 10⁴ either way
+# of a column at 0.01 or 100): coarse grids over e^-14 … e^14, each refined around its best.
+LOG_SCALE_GRID = tuple(float(v) for v in range(-14, 15, 2))  # refined by ±1
+SHIFT_GRID = (0.0, *(sign * float(np.exp(k)) for k in range(-14, 15) for sign in (1, -1)))  # refined by e^±½
 LOG_MASS_RANGE = (-3.0, 8.0)  # total mass e^-3 … e^8 times M
 
 
@@ -259,25 +262,24 @@ def at_masses(objective: Callable[[Cloud], Array], cloud: Cloud, multiples: Sequ
     return jax.vmap(lambda m: objective(cloud._replace(log_mass=cloud.log_mass + m)))(offsets)
 
 
-def at_best_mass(
-    objective: Callable[[Cloud], Array], cloud: Cloud, prior_value: Array
-) -> tuple[Array, Cloud]:
+def at_best_mass(objective: Callable[[Cloud], Array], cloud: Cloud) -> tuple[Array, Cloud]:
     """The objective at the cloud's best total mass (within ``LOG_MASS_RANGE`` of M), and the cloud with it.
 
     The weighted log-likelihood is linear in the mass, so the score-matching objective is exactly a
-    quadratic in it: J(t) = a t² + b t + c, t the mass relative to the cloud's. ``prior_value`` is
-    c = J(0), the prior's alone, the same for every cloud; J(1) and J(2) give a and b. Profiling the
-    mass out this way lets a search over the cloud's shape compare shapes each at its own mass; at
-    a fixed mass far from the data's (M points against hundreds), the shape that scores best can be
-    a degenerate one that Newton cannot leave.
+    quadratic in it: J(t) = a t² + b t + c, t the mass relative to the cloud's, and J(1), J(2), J(3)
+    give a, b and c (J(0) itself cannot be evaluated: the responses are refitted to the cloud's
+    weights). Profiling the mass out this way lets a search over the cloud's shape compare shapes
+    each at its own mass; at a fixed mass far from the data's (M points against hundreds), the
+    shape that scores best can be a degenerate one that Newton cannot leave.
     """
-    one, two = at_masses(objective, cloud, (1.0, 2.0))
-    a = (two - 2.0 * one + prior_value) / 2.0
-    b = one - prior_value - a
+    one, two, three = at_masses(objective, cloud, (1.0, 2.0, 3.0))
+    a = (three - 2.0 * two + one) / 2.0
+    b = two - one - 3.0 * a
+    c = one - a - b
     lowest, highest = (jnp.exp(v) for v in LOG_MASS_RANGE)
     vertex = jnp.clip(-b / jnp.where(a > 0, 2.0 * a, 1.0), lowest, highest)
     t = jnp.stack([jnp.asarray(lowest), jnp.asarray(highest), jnp.where(a > 0, vertex, lowest)])
-    values = a * t**2 + b * t + prior_value
+    values = a * t**2 + b * t + c
     values = jnp.where(jnp.isfinite(values), values, jnp.inf)
     i = jnp.argmin(values)
     return values[i], cloud._replace(log_mass=cloud.log_mass + jnp.log(t[i]))
@@ -292,41 +294,44 @@ def search_scales(
 ) -> Cloud:
     """Pick the order of magnitude of each listed coordinate's spread and location, each at its best mass.
 
-    A data column may be 10⁴ while the initial cloud is 1 (or, for a positive column, its log
-    may sit at 4), and from there the divergence falls fastest by shrinking the mass to nothing,
-    a useless local minimum. Per coordinate, its scale from ``LOG_SCALE_GRID``; for the
-    ``located`` ones (unbounded supports, which have no natural centre) then its location from
-    ``SHIFT_GRID`` and its scale again; every candidate is scored at its own best total mass
-    (:func:`at_best_mass`). A bounded column starts at its support's centre: shifting it towards a
-    bound only saturates the map. It uses nothing but the objective and leaves the rest to Newton.
-    Every stratum moves together. ``at_once``: grid points evaluated together (memory), None: a
-    whole grid.
+    A data column may be 10⁴ while the initial cloud is 1 (or, for a positive column, its log may sit at
+    4), and from there the divergence falls fastest by shrinking the mass to nothing, a useless local
+    minimum. Per coordinate, its scale from ``LOG_SCALE_GRID``; for the ``located`` ones (unbounded
+    supports, which have no natural centre) then its location from ``SHIFT_GRID`` and its scale again
+    (each grid refined around its best); every candidate is scored at its own best total mass
+    (:func:`at_best_mass`). A bounded column starts at its support's centre: shifting it towards a bound
+    only saturates the map. It uses nothing but the objective and leaves the rest to Newton. Every stratum
+    moves together. ``at_once``: grid points evaluated together (memory), None: a whole grid.
     """
-    # J(0), extrapolated from masses 1, 2 and 3 times the cloud's: the objective cannot be evaluated at
-    # mass zero itself (the responses are refitted to the cloud's weights).
-    one, two, three = at_masses(objective, cloud, (1.0, 2.0, 3.0))
-    prior_value = 3.0 * one - 3.0 * two + three
-
-    def profiled(candidate: Cloud) -> tuple[Array, Cloud]:
-        return at_best_mass(objective, candidate, prior_value)
 
     def best(candidates: Cloud) -> Cloud:
-        values, candidates = map_in_chunks(profiled, candidates, at_once)  # non-finite: already inf
+        values, candidates = map_in_chunks(partial(at_best_mass, objective), candidates, at_once)
         return jax.tree_util.tree_map(lambda leaf: leaf[jnp.argmin(values)], candidates)
 
     def scale(cloud: Cloud, index: Array) -> Cloud:
-        grid = jnp.asarray(LOG_SCALE_GRID)
-        return best(jax.vmap(lambda v: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(v)))(grid))
+        def over(grid: Array) -> Cloud:
+            return best(jax.vmap(lambda v: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(v)))(grid))
+
+        found = over(jnp.asarray(LOG_SCALE_GRID))
+        return over(found.log_diag[0, index] + jnp.asarray([-1.0, 0.0, 1.0]))
 
     def shift(cloud: Cloud, index: Array) -> Cloud:
-        grid = jnp.asarray(SHIFT_GRID)
-        return best(jax.vmap(lambda v: cloud._replace(shift=cloud.shift.at[:, index].set(v)))(grid))
+        def over(grid: Array) -> Cloud:
+            return best(jax.vmap(lambda v: cloud._replace(shift=cloud.shift.at[:, index].set(v)))(grid))
 
-    for index in coordinates:
-        cloud = scale(cloud, index)
-        if index in located:
-            cloud = scale(shift(cloud, index), index)
-    return cloud if coordinates else profiled(cloud)[1]  # a grid's best already has its best mass
+        found = over(jnp.asarray(SHIFT_GRID))
+        return over(found.shift[0, index] * jnp.exp(jnp.asarray([-0.5, 0.0, 0.5])))
+
+    # The first sweep starts every searched coordinate collapsed, so each is sized as if it were the
+    # only one varying (a covariate still 1,000 times too wide would swamp the others' scores); the
+    # second sizes each again with the others at their first-sweep scales.
+    cloud = cloud._replace(log_diag=cloud.log_diag.at[:, list(coordinates)].set(LOG_SCALE_GRID[0]))
+    for _ in range(2):
+        for index in coordinates:
+            cloud = scale(cloud, index)
+            if index in located:
+                cloud = scale(shift(cloud, index), index)
+    return cloud if coordinates else at_best_mass(objective, cloud)[1]  # a grid's best has its best mass
 
 
 def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:

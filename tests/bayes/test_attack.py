@@ -160,7 +160,7 @@ def test_scale_search_finds_the_order_of_magnitude_and_the_mass_in_closed_form()
 def test_the_mass_profile_keeps_to_its_range_when_the_objective_falls_without_end():
     layout = pseudo.Layout({"a": (1,)}, {})
     cloud = pseudo.initial(5, layout).cloud
-    value, found = pseudo.at_best_mass(lambda c: -jnp.exp(c.log_mass[0]), cloud, jnp.asarray(0.0))
+    value, found = pseudo.at_best_mass(lambda c: -jnp.exp(c.log_mass[0]), cloud)
     np.testing.assert_allclose(found.log_mass[0], pseudo.LOG_MASS_RANGE[1])
     np.testing.assert_allclose(value, -np.exp(pseudo.LOG_MASS_RANGE[1]), rtol=1e-9)
 
