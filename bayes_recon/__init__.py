@@ -6,10 +6,10 @@ import jax
 # cannot resolve the divergence's minimum.
 jax.config.update("jax_enable_x64", True)
 
-from bayes_recon.errors import ReconError  # noqa: E402
-from bayes_recon.measure import WeightedMeasure, linear_model_errors  # noqa: E402
 from bayes_recon.pseudo import Dummy  # noqa: E402
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct  # noqa: E402
+from recon_core.errors import ReconError  # noqa: E402
+from recon_core.measure import WeightedMeasure, linear_model_errors  # noqa: E402
 
 __all__ = [
     "Dummy",

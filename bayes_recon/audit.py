@@ -29,7 +29,6 @@ import jax
 import numpy as np
 
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
 from bayes_recon.identifiability import (
     IdentifiabilityConfig,
     PosteriorCheck,
@@ -38,12 +37,14 @@ from bayes_recon.identifiability import (
     linear_model_functions,
 )
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure, jsonable, linear_model_errors
 from bayes_recon.mitigation import Perturbation, remaining_leakage
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack
 from bayes_recon.pipeline import PosteriorAttack, attack_posterior
 from bayes_recon.reconstruct import ReconConfig
+from recon_core.errors import ReconError
+from recon_core.jsonio import jsonable
+from recon_core.measure import WeightedMeasure, linear_model_errors
 
 Verdict = Literal["recovered", "partly", "not"]
 

@@ -36,13 +36,13 @@ from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import pack
 from bayes_recon.reconstruct import AttackSetup, response_predictor
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
 
 Monomial = tuple[int, ...]  # a power per variable
 

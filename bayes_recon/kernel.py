@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_recon.measure import Kernel
 from bayes_recon.reconstruct import AttackSetup
+from recon_core.measure import Kernel
 
 
 def model_features(setup: AttackSetup, points: Mapping[str, np.ndarray], max_draws: int = 1000) -> np.ndarray:

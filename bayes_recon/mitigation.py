@@ -26,11 +26,11 @@ from numpyro.infer import MCMC, NUTS
 from numpyro.infer.util import constrain_fn
 
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
-from bayes_recon.measure import WeightedMeasure, linear_model_errors
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack, statistics_log_likelihood, unpack
 from bayes_recon.reconstruct import AttackSetup
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure, linear_model_errors
 
 
 @dataclass(frozen=True)

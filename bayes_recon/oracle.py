@@ -22,10 +22,10 @@ import numpy as np
 from numpyro.infer.util import constrain_fn
 
 from bayes_recon.divergence import Coordinates, exact_term
-from bayes_recon.measure import linear_model_errors
 from bayes_recon.models import LinearGaussian
 from bayes_recon.reconstruct import Reconstruction
 from bayes_recon.weighting import WeightedModel
+from recon_core.measure import linear_model_errors
 
 Statistics = dict[str, np.ndarray]
 PROBE_POINTS = 500  # well above the number of statistics of any registry design (≤ 60)

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from bayes_recon.errors import ReconError
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure, jsonable
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
+from recon_core.errors import ReconError
+from recon_core.jsonio import jsonable
+from recon_core.measure import WeightedMeasure
 
 Progress = Callable[[int, int], None]
 

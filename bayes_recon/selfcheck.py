@@ -44,8 +44,8 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS
 
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
 from bayes_recon.weighting import WeightedModel
+from recon_core.errors import ReconError
 
 if TYPE_CHECKING:
     from bayes_recon.reconstruct import AttackSetup

@@ -93,9 +93,9 @@ def test_top_k_accuracy_and_knn_distance_by_brute_force():
 
 
 def test_evaluator_scores_the_attacked_models_as_by_hand():
-    from bayes_recon.measure import WeightedMeasure
     from nn_recon.attacks.inversion import Evaluator, Setting
     from nn_recon.data import TaskData
+    from recon_core.measure import WeightedMeasure
 
     target, other = _model("cnn:4,6", 0), _model("mlp:7", 1)
     ten_classes = build_network(Architecture.parse("mlp:5", (1, 8, 8), 10), 2).double()
