@@ -41,6 +41,7 @@ from bayes_recon.mitigation import Perturbation, remaining_leakage
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack
 from bayes_recon.pipeline import PosteriorAttack, attack_posterior
+from bayes_recon.precision import float64
 from bayes_recon.reconstruct import ReconConfig
 from recon_core.errors import ReconError
 from recon_core.jsonio import jsonable
@@ -139,6 +140,7 @@ class Audit:
         )
 
 
+@float64
 def audit_posterior(
     name: str,
     database: str | Path | None = None,
@@ -202,6 +204,7 @@ def audit_posterior(
     )
 
 
+@float64
 def leakage_rows(
     statistics: tuple[Statistic, ...], truth: WeightedMeasure, recovered: Sequence[float], config: AuditConfig
 ) -> list[dict[str, Any]]:

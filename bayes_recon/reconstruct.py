@@ -36,6 +36,7 @@ from bayes_recon.divergence import (
 )
 from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.optimise import HESSIAN_BATCH, OptimiserConfig, minimise, tree_where
+from bayes_recon.precision import float64
 from bayes_recon.selfcheck import SelfCheck, round_trip
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
@@ -258,6 +259,7 @@ def response_predictor(
     return set(sites), predict
 
 
+@float64
 def reconstruct(
     model: Callable,
     draws: Any,

@@ -44,6 +44,7 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS
 
 from bayes_recon.divergence import Coordinates
+from bayes_recon.precision import float64
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 
@@ -142,6 +143,7 @@ class SelfCheck:
         }
 
 
+@float64
 def round_trip(
     setup: AttackSetup,
     points: Mapping[str, np.ndarray],
