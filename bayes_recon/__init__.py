@@ -1,15 +1,14 @@
-"""bayes_recon: recover weighted pseudo-data from published posterior draws."""
+"""bayes_recon: recover weighted pseudo-data from published posterior draws.
 
-import jax
+Importing it changes no global setting: the attack's entry points switch JAX to float64 when they
+are called (see :mod:`bayes_recon.precision`).
+"""
 
-# The statistics an attack recovers span many orders of magnitude (N ~ 10², XᵀX ~ 10⁶); float32
-# cannot resolve the divergence's minimum.
-jax.config.update("jax_enable_x64", True)
-
-from bayes_recon.errors import ReconError  # noqa: E402
-from bayes_recon.measure import WeightedMeasure, linear_model_errors  # noqa: E402
-from bayes_recon.pseudo import Dummy  # noqa: E402
-from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct  # noqa: E402
+from bayes_recon.precision import enable_float64
+from bayes_recon.pseudo import Dummy
+from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure, linear_model_errors
 
 __all__ = [
     "Dummy",
@@ -17,6 +16,7 @@ __all__ = [
     "ReconError",
     "Reconstruction",
     "WeightedMeasure",
+    "enable_float64",
     "linear_model_errors",
     "reconstruct",
 ]

@@ -29,7 +29,6 @@ import jax
 import numpy as np
 
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
 from bayes_recon.identifiability import (
     IdentifiabilityConfig,
     PosteriorCheck,
@@ -38,12 +37,15 @@ from bayes_recon.identifiability import (
     linear_model_functions,
 )
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure, jsonable, linear_model_errors
 from bayes_recon.mitigation import Perturbation, remaining_leakage
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack
 from bayes_recon.pipeline import PosteriorAttack, attack_posterior
+from bayes_recon.precision import float64
 from bayes_recon.reconstruct import ReconConfig
+from recon_core.errors import ReconError
+from recon_core.jsonio import jsonable
+from recon_core.measure import WeightedMeasure, linear_model_errors
 
 Verdict = Literal["recovered", "partly", "not"]
 
@@ -138,6 +140,7 @@ class Audit:
         )
 
 
+@float64
 def audit_posterior(
     name: str,
     database: str | Path | None = None,
@@ -201,6 +204,7 @@ def audit_posterior(
     )
 
 
+@float64
 def leakage_rows(
     statistics: tuple[Statistic, ...], truth: WeightedMeasure, recovered: Sequence[float], config: AuditConfig
 ) -> list[dict[str, Any]]:

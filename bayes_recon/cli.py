@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bayes_recon import command
-from bayes_recon.command import Subparsers
-from bayes_recon.errors import ReconError
+from recon_core import command
+from recon_core.command import Subparsers
+from recon_core.errors import ReconError
 
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
 EXIT_SELF_CHECK_FAILED = 3

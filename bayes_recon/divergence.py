@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_recon.errors import ReconError
+from recon_core.errors import ReconError
 
 Array = jax.Array
 Estimator = Literal["exact", "sliced", "sliced_vr"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from bayes_recon.errors import ReconError
+from recon_core.errors import ReconError
 
 _STAN_NAME = re.compile(r"^(?P<site>[^\[\]]+)(\[(?P<index>[0-9, ]+)\])?$")
 

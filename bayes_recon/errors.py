@@ -1,5 +1,5 @@
-"""One exception type for bad input: its message names the problem and the fix."""
+"""Moved to :mod:`recon_core.errors` (issue 16); this name stays importable for existing code."""
 
+from recon_core.errors import ReconError
 
-class ReconError(ValueError):
-    """Raised for input the attack cannot use; the CLI prints the message and exits with status 2."""
+__all__ = ["ReconError"]

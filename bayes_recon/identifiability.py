@@ -36,13 +36,14 @@ from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import pack
+from bayes_recon.precision import float64
 from bayes_recon.reconstruct import AttackSetup, response_predictor
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
 
 Monomial = tuple[int, ...]  # a power per variable
 
@@ -164,6 +165,7 @@ class Identifiability:
         }
 
 
+@float64
 def identifiable_statistics(
     model: Callable,
     draws: Any,
@@ -180,6 +182,7 @@ def identifiable_statistics(
     return identify(feature_setup(model, draws, free, fixed, support, config.max_draws), config)
 
 
+@float64
 def identify(
     setup: AttackSetup, config: IdentifiabilityConfig, points: Mapping[str, np.ndarray] | None = None
 ) -> Identifiability:
@@ -307,6 +310,7 @@ class PosteriorCheck:
         }
 
 
+@float64
 def check_posterior(
     name: str, database: str | Path | None = None, config: IdentifiabilityConfig | None = None
 ) -> PosteriorCheck:

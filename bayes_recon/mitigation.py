@@ -26,11 +26,12 @@ from numpyro.infer import MCMC, NUTS
 from numpyro.infer.util import constrain_fn
 
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
-from bayes_recon.measure import WeightedMeasure, linear_model_errors
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack, statistics_log_likelihood, unpack
+from bayes_recon.precision import float64
 from bayes_recon.reconstruct import AttackSetup
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure, linear_model_errors
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Perturbation:
         return math.sqrt(entries) * math.sqrt(2 * math.log(1.25 / self.delta)) / self.epsilon
 
 
+@float64
 def noisy_statistics(
     spec: LinearGaussian, truth: WeightedMeasure, perturbation: Perturbation
 ) -> tuple[dict[str, np.ndarray], float]:
@@ -100,6 +102,7 @@ def noisy_statistics(
     return projected, scale
 
 
+@float64
 def posterior_from_statistics(
     setup: AttackSetup, spec: LinearGaussian, stats: Mapping[str, np.ndarray], n_draws: int, seed: int
 ) -> np.ndarray:
@@ -121,6 +124,7 @@ def posterior_from_statistics(
     return np.asarray(mcmc.get_samples())
 
 
+@float64
 def remaining_leakage(
     setup: AttackSetup, spec: LinearGaussian, truth: WeightedMeasure, perturbation: Perturbation
 ) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from numpyro.infer.initialization import init_to_uniform
 
 from bayes_recon import pseudo
 from bayes_recon.draws import as_draws, check_draws
-from bayes_recon.errors import ReconError
 from bayes_recon.supports import check_covariates, column_supports
 from bayes_recon.weighting import WeightedModel
+from recon_core.errors import ReconError
 
 Array = jax.Array
 Free = Sequence[str] | Mapping[str, Sequence[int]]

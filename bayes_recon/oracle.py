@@ -22,10 +22,11 @@ import numpy as np
 from numpyro.infer.util import constrain_fn
 
 from bayes_recon.divergence import Coordinates, exact_term
-from bayes_recon.measure import linear_model_errors
 from bayes_recon.models import LinearGaussian
+from bayes_recon.precision import float64
 from bayes_recon.reconstruct import Reconstruction
 from bayes_recon.weighting import WeightedModel
+from recon_core.measure import linear_model_errors
 
 Statistics = dict[str, np.ndarray]
 PROBE_POINTS = 500  # well above the number of statistics of any registry design (≤ 60)
@@ -84,6 +85,7 @@ def statistics_span(spec: LinearGaussian, probe: Mapping[str, np.ndarray]) -> np
     return vt[:rank].T / scale[:, None]
 
 
+@float64
 def linear_gaussian_oracle(
     model: WeightedModel,
     spec: LinearGaussian,
@@ -137,6 +139,7 @@ def linear_gaussian_oracle(
     return Oracle(solve(np.ones(n)), boots)
 
 
+@float64
 def oracle_for(
     reconstruction: Reconstruction,
     spec: LinearGaussian,

@@ -16,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from bayes_recon.errors import ReconError
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure, jsonable
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
+from bayes_recon.precision import float64
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
+from recon_core.errors import ReconError
+from recon_core.jsonio import jsonable
+from recon_core.measure import WeightedMeasure
 
 Progress = Callable[[int, int], None]
 
@@ -134,6 +136,7 @@ def load_problem(name: str, database: str | Path | None = None) -> PosteriorProb
     return PosteriorProblem(name, entry, posterior.draws, free, fixed, truth, root)
 
 
+@float64
 def attack_posterior(
     name: str,
     database: str | Path | None = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayes_recon.errors import ReconError
+from recon_core.errors import ReconError
 
 EMBEDDED = Path(__file__).parent / "data" / "posterior_database"
 ENV_VAR = "POSTERIOR_DB_PATH"

@@ -42,7 +42,7 @@ from numpyro.distributions.constraints import Constraint
 from numpyro.distributions.transforms import biject_to
 
 from bayes_recon.divergence import map_in_chunks
-from bayes_recon.errors import ReconError
+from recon_core.errors import ReconError
 
 Array = jax.Array
 MAX_STRATA = 16

@@ -35,12 +35,13 @@ from bayes_recon.divergence import (
     score_matching_objective,
     score_matching_terms,
 )
-from bayes_recon.errors import ReconError
-from bayes_recon.measure import WeightedMeasure
 from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.optimise import HESSIAN_BATCH, OptimiserConfig, minimise, tree_where
+from bayes_recon.precision import float64
 from bayes_recon.selfcheck import SelfCheck, round_trip
 from bayes_recon.weighting import WeightedModel
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
 
 Array = jax.Array
 
@@ -261,6 +262,7 @@ def response_predictor(
     return set(sites), predict
 
 
+@float64
 def reconstruct(
     model: Callable,
     draws: Any,

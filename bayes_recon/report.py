@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bayes_recon.audit import Audit
-from bayes_recon.htmlpage import escape, figure_image, page, table, write
+from recon_core.htmlpage import escape, figure_image, page, table, write
 
 
 def write_report(audit: Audit, path: str | Path) -> Path:

@@ -44,8 +44,9 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS
 
 from bayes_recon.divergence import Coordinates
-from bayes_recon.errors import ReconError
+from bayes_recon.precision import float64
 from bayes_recon.weighting import WeightedModel
+from recon_core.errors import ReconError
 
 if TYPE_CHECKING:
     from bayes_recon.reconstruct import AttackSetup
@@ -142,6 +143,7 @@ class SelfCheck:
         }
 
 
+@float64
 def round_trip(
     setup: AttackSetup,
     points: Mapping[str, np.ndarray],

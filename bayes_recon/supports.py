@@ -32,8 +32,8 @@ from numpyro.distributions.constraints import Constraint
 from numpyro.infer.initialization import init_to_uniform
 
 from bayes_recon import pseudo
-from bayes_recon.errors import ReconError
 from bayes_recon.weighting import WeightedModel
+from recon_core.errors import ReconError
 
 
 def relaxed(support: Constraint) -> Constraint | None:

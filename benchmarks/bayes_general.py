@@ -77,9 +77,12 @@ from jax.scipy.special import ndtr
 from numpyro.infer import MCMC, NUTS, Predictive
 
 import bayes_recon as br
-from bayes_recon.measure import jsonable
 from bayes_recon.models import REGISTRY
 from bayes_recon.posteriordb import load_posterior
+from recon_core.jsonio import jsonable
+
+# float64 before anything here makes a JAX array: importing bayes_recon no longer switches it on.
+br.enable_float64()
 
 CACHE = Path(__file__).resolve().parents[1] / "results" / "bayes_general_cache"
 SCALES = (1e-2, 1.0, 1e3)

@@ -39,6 +39,9 @@ from bayes_recon.oracle import oracle_for
 from bayes_recon.posteriordb import load_posterior
 from bayes_recon.pseudo import Layout
 
+# float64 before anything here makes a JAX array: importing bayes_recon no longer switches it on.
+br.enable_float64()
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "posteriordb" / "posterior_database"
 STATS = ("N", "XtX", "Xty", "yty")
 

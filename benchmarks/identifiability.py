@@ -26,7 +26,6 @@ import json
 import time
 from pathlib import Path
 
-import bayes_recon  # noqa: F401  (float64 before anything else touches JAX)
 from bayes_recon.identifiability import check_posterior
 from bayes_recon.models import REGISTRY
 

@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nn_recon import progress
 from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
 from nn_recon.data import make_task
 from nn_recon.metrics import match
 from nn_recon.models import Architecture, build_network, margins
 from nn_recon.report import save_match_grid
 from nn_recon.train import TrainConfig, TrainedModel, accuracy, load_model, save_model, train_target
+from recon_core import progress
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ def model(x, y=None):
 
 
 def main() -> None:
+    br.enable_float64()  # the draws NUTS makes below are float64 too, as the attack needs
     rng = np.random.default_rng(0)
     n = 100
     x = rng.normal(2.0, 1.5, size=n)

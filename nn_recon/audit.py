@@ -12,7 +12,7 @@ Nothing is rerun; each attack is read from the folder its command wrote:
   true target was given with ``--truth``, the reconstruction's error). No image: its features are flat
   vectors.
 
-The page is put together with :mod:`bayes_recon.htmlpage`: tables, and the grids as data URIs.
+The page is put together with :mod:`recon_core.htmlpage`: tables, and the grids as data URIs.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bayes_recon.htmlpage import escape, page, png_image, table
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
+from recon_core.htmlpage import escape, page, png_image, table
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Entry:
 def _require(folder: Path, names: Sequence[str], hint: str) -> None:
     missing = [name for name in names if not (folder / name).is_file()]
     if missing:
-        raise ReconInputError(f"{folder} has no {', '.join(missing)}; {hint}")
+        raise ReconError(f"{folder} has no {', '.join(missing)}; {hint}")
 
 
 def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -97,7 +97,7 @@ def _stationarity(folder: Path) -> list[Entry]:
 def _informed(folder: Path) -> list[Entry]:
     runs = sorted(folder.glob("*/reconstructions.json"))
     if not runs:
-        raise ReconInputError(
+        raise ReconError(
             f"{folder} has no <representation>_<shadows>/reconstructions.json; "
             "pass the --out folder of nn-recon reconn"
         )
@@ -173,18 +173,16 @@ NOTES = {
 def collect(folders: Mapping[str, Sequence[str | Path]]) -> list[Entry]:
     """The entries of every folder, by attack (a key of :data:`LOADERS`)."""
     if not any(folders.values()):
-        raise ReconInputError(
-            f"nothing to report: give at least one of {', '.join(f'--{a}' for a in LOADERS)}"
-        )
+        raise ReconError(f"nothing to report: give at least one of {', '.join(f'--{a}' for a in LOADERS)}")
     entries = []
     for attack, paths in folders.items():
         for folder in map(Path, paths):
             if not folder.is_dir():
-                raise ReconInputError(f"--{attack} {folder}: no such folder")
+                raise ReconError(f"--{attack} {folder}: no such folder")
             try:
                 entries += LOADERS[attack](folder)
             except (KeyError, IndexError, TypeError, json.JSONDecodeError) as error:
-                raise ReconInputError(
+                raise ReconError(
                     f"--{attack} {folder}: unreadable output ({type(error).__name__}: {error}); "
                     "rerun the command that wrote it"
                 ) from error

@@ -1,8 +1,9 @@
 """Torch files written whole, and read back as tensors and plain data only, never code.
 
-A run stopped mid-write keeps the file it had, never half of a new one. Reading uses
+A run stopped mid-write keeps the file it had, never half of a new one (the write is
+:func:`recon_core.files.write_atomically`). Reading uses
 ``torch.load(weights_only=True)``; a file it refuses (corrupt, truncated, or holding objects whose
-unpickling would run code) is a short :class:`ReconInputError`, not PyTorch's advice to load it with
+unpickling would run code) is a short :class:`ReconError`, not PyTorch's advice to load it with
 ``weights_only=False``. Network weights are checked to be finite before they are loaded.
 """
 
@@ -14,16 +15,14 @@ from typing import Any
 
 import torch
 
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
+from recon_core.files import write_atomically
 
 
-def save_atomically(path: Path, state: dict[str, Any]) -> None:
-    """``torch.save`` beside ``path`` and rename over it, so a run stopped mid-write keeps its last
-    whole checkpoint; the folder is made if missing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    torch.save(state, temporary)
-    temporary.replace(path)
+def save_atomically(path: str | Path, state: Any) -> Path:
+    """``torch.save`` through :func:`recon_core.files.write_atomically`, so a run stopped mid-write
+    keeps its last whole checkpoint; the folder is made if missing."""
+    return write_atomically(path, lambda temporary: torch.save(state, temporary))
 
 
 def load_torch_file(path: Path, what: str, fix: str, map_location: str | torch.device = "cpu") -> Any:
@@ -32,7 +31,7 @@ def load_torch_file(path: Path, what: str, fix: str, map_location: str | torch.d
     try:
         return torch.load(path, weights_only=True, map_location=map_location)
     except Exception:
-        raise ReconInputError(
+        raise ReconError(
             f"{path} is not {what}: torch cannot read it as plain tensors (it is corrupt, truncated or holds "
             f"code, which is never run); {fix}"
         ) from None
@@ -46,7 +45,7 @@ def load_weights(module: torch.nn.Module, state_dict: Mapping[str, Any], path: P
         if isinstance(value, torch.Tensor) and value.is_floating_point() and not value.isfinite().all()
     ]
     if broken:
-        raise ReconInputError(
+        raise ReconError(
             f"{path} holds NaN or infinite weights ({', '.join(broken[:3])}); the run that wrote it "
             "diverged or the file is damaged: retrain it (lower --lr) or delete it to start over"
         )

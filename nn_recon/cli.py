@@ -1,7 +1,7 @@
 """``nn-recon``: train a target, attack it, score the reconstruction.
 
 Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
-:mod:`bayes_recon.command`); its parser comes from :func:`_subcommand`, so every option's help shows
+:mod:`recon_core.command`); its parser comes from :func:`_subcommand`, so every option's help shows
 its default. Bad input is a one-line message and exit status 2.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bayes_recon import command
-from bayes_recon.command import Subparsers
-from nn_recon.errors import ReconInputError, require_at_least
+from recon_core import command
+from recon_core.command import Subparsers
+from recon_core.errors import ReconError, require_at_least
 
 if TYPE_CHECKING:
     import numpy as np
@@ -207,31 +207,31 @@ def register_match(subparsers: Subparsers) -> None:
 
 
 def _match(args: argparse.Namespace) -> int:
-    from bayes_recon.measure import WeightedMeasure
     from nn_recon.metrics import match
     from nn_recon.report import save_match_grid, success_table
     from nn_recon.train import load_model
+    from recon_core.measure import WeightedMeasure
 
     recon = Path(args.recon)
     measure_path = recon / "reconstruction.npz" if recon.is_dir() else recon
     if not measure_path.with_suffix(".npz").is_file():
-        raise ReconInputError(
+        raise ReconError(
             f"no reconstruction at {measure_path}; pass the --out folder of nn-recon stationarity"
         )
     try:
         measure = WeightedMeasure.load(measure_path)
     except (ValueError, KeyError) as error:  # object arrays (pickles) are refused, not loaded
-        raise ReconInputError(
+        raise ReconError(
             f"{measure_path} is not a reconstruction saved by nn-recon ({type(error).__name__}: {error})"
         ) from None
     if "image" not in measure.points:
-        raise ReconInputError(
+        raise ReconError(
             f"{measure_path} has no 'image' array (it has {', '.join(measure.names)}); "
             "pass the --out folder of nn-recon stationarity"
         )
     model = load_model(args.train_data)
     if model.train_images is None:
-        raise ReconInputError(f"{args.train_data} does not carry its training images")
+        raise ReconError(f"{args.train_data} does not carry its training images")
     labels = measure.points.get("label")
     result = match(measure.points["image"], model.train_images, args.downsample, labels, model.train_labels)
     _say(success_table(result))
@@ -285,16 +285,16 @@ def _load_points(path: Path) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
 
     if not path.is_file():
-        raise ReconInputError(f"{path} does not exist")
+        raise ReconError(f"{path} does not exist")
     if path.suffix == ".npz":
         with np.load(path, allow_pickle=False) as saved:
             if not {"x", "y"} <= set(saved.files):
-                raise ReconInputError(f"{path} needs arrays named x and y")
+                raise ReconError(f"{path} needs arrays named x and y")
             return saved["x"], saved["y"]
     try:
         table = np.loadtxt(path, delimiter=",", ndmin=2)
     except ValueError as error:
-        raise ReconInputError(f"{path} is not a numeric CSV (no header): {error}") from error
+        raise ReconError(f"{path} is not a numeric CSV (no header): {error}") from error
     return table[:, :-1], table[:, -1]
 
 
@@ -309,9 +309,7 @@ def _glm(args: argparse.Namespace) -> int:
         try:
             label = y.dtype.type(label)  # the label in the type of D⁻'s labels
         except ValueError:
-            raise ReconInputError(
-                f"--label {label!r} is not of the type of D⁻'s labels ({y.dtype})"
-            ) from None
+            raise ReconError(f"--label {label!r} is not of the type of D⁻'s labels ({y.dtype})") from None
     result = reconstruct_target(model, x, y, label=label, tol=args.tol)
     for features, target_label in zip(result.features, result.labels, strict=True):
         _say(f"target features: {' '.join(f'{v:.10g}' for v in features)}")
@@ -372,7 +370,7 @@ def _informed_config(args: argparse.Namespace, **reconn):
     try:
         widths = tuple(int(w) for w in args.widths.split(","))
     except ValueError:
-        raise ReconInputError(f"--widths {args.widths!r} must look like 784,10,10") from None
+        raise ReconError(f"--widths {args.widths!r} must look like 784,10,10") from None
     farm = FarmConfig(
         widths=widths,
         activation=args.activation,
@@ -437,7 +435,7 @@ def _reconn(args: argparse.Namespace) -> int:
     try:
         hidden = tuple(int(h) for h in args.reconn_hidden.split(","))
     except ValueError:
-        raise ReconInputError(f"--reconn-hidden {args.reconn_hidden!r} must look like 1000,1000") from None
+        raise ReconError(f"--reconn-hidden {args.reconn_hidden!r} must look like 1000,1000") from None
     config = _informed_config(
         args, hidden=hidden, epochs=args.reconn_epochs, lr=args.reconn_lr, lpips_weight=args.lpips_weight
     )
@@ -593,8 +591,8 @@ def register_audit(subparsers: Subparsers) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from bayes_recon.htmlpage import write
     from nn_recon.audit import LOADERS, collect, render, to_json
+    from recon_core.htmlpage import write
 
     entries = collect({attack: getattr(args, attack) for attack in LOADERS})
     for entry in entries:
@@ -617,7 +615,7 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 def _prepare(args: argparse.Namespace) -> None:
     import torch
 
-    from nn_recon import progress
+    from recon_core import progress
 
     require_at_least(1, threads=args.threads)
     torch.set_num_threads(args.threads)
@@ -631,7 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return command.run(build_parser(), argv, (ReconInputError,), _prepare)
+    return command.run(build_parser(), argv, (ReconError,), _prepare)
 
 
 if __name__ == "__main__":

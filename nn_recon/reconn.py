@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
-from nn_recon.errors import ReconInputError
-from nn_recon.progress import progress
+from recon_core.errors import ReconError
+from recon_core.progress import progress
 
 CHECKPOINT_FORMAT = "nn-recon-reconn/1"
 
@@ -42,9 +42,9 @@ class ReconnConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
         if min(self.hidden, default=1) < 1 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ReconInputError("hidden widths, epochs and batch_size must be >= 1 and lr > 0")
+            raise ReconError("hidden widths, epochs and batch_size must be >= 1 and lr > 0")
         if self.mae_weight < 0 or self.lpips_weight < 0 or self.checkpoint_every < 1:
-            raise ReconInputError("loss weights must be >= 0 and checkpoint_every >= 1")
+            raise ReconError("loss weights must be >= 0 and checkpoint_every >= 1")
 
 
 class Reconstructor(nn.Module):
@@ -104,7 +104,7 @@ def train_reconstructor(
     and a run with the same config and data resumes from it.
     """
     if features.ndim != 2 or len(features) != len(images) or len(features) < 2:
-        raise ReconInputError(
+        raise ReconError(
             f"need (K, F) features and K >= 2 matching images; got {tuple(features.shape)} and "
             f"{tuple(images.shape)}"
         )
@@ -119,9 +119,7 @@ def train_reconstructor(
     if path is not None and path.exists():
         state = load_torch_file(path, "a RecoNN checkpoint", "delete it to start over")
         if json.loads(state["meta"]) != json.loads(json.dumps(meta)):
-            raise ReconInputError(
-                f"{path} is a checkpoint of another RecoNN run; use a new path or delete it"
-            )
+            raise ReconError(f"{path} is a checkpoint of another RecoNN run; use a new path or delete it")
         load_weights(model, state["model"], path)
         optimiser.load_state_dict(state["optimiser"])
         generator.set_state(state["generator"])

@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from nn_recon.checkpoint import load_torch_file
+from nn_recon.checkpoint import load_torch_file, save_atomically
 from nn_recon.dp import DPConfig, noise_multiplier
-from nn_recon.errors import ReconInputError
-from nn_recon.progress import progress
+from recon_core.errors import ReconError
+from recon_core.progress import progress
 
 FARM_FORMAT = "nn-recon-shadow-farm/1"
 ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -46,7 +46,7 @@ class ClassifierMLP(nn.Module):
     def __init__(self, widths: Sequence[int], activation: str = "elu") -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ReconInputError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+            raise ReconError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
         self.first = nn.Linear(widths[0], widths[1])
         tail: list[nn.Module] = []
         for a, b in itertools.pairwise(widths[1:]):
@@ -82,19 +82,15 @@ class FarmConfig:
         if isinstance(self.dp, dict):
             object.__setattr__(self, "dp", DPConfig(**self.dp))
         if len(self.widths) < 2 or min(self.widths) < 1:
-            raise ReconInputError(f"widths must be >= 2 positive layer sizes, got {self.widths}")
+            raise ReconError(f"widths must be >= 2 positive layer sizes, got {self.widths}")
         if self.epochs < 1 or self.lr <= 0 or not 0 <= self.momentum < 1 or self.chunk_size < 1:
-            raise ReconInputError("epochs and chunk_size must be >= 1, lr > 0 and momentum in [0, 1)")
+            raise ReconError("epochs and chunk_size must be >= 1, lr > 0 and momentum in [0, 1)")
         if self.batch_size is not None and self.batch_size < 1:
-            raise ReconInputError(f"batch_size must be >= 1 or None (full batch), got {self.batch_size}")
+            raise ReconError(f"batch_size must be >= 1 or None (full batch), got {self.batch_size}")
         if self.dp.private and self.batch_size is not None:
-            raise ReconInputError(
-                "DP accounting here covers full-batch DP-GD only; use batch_size=None with dp"
-            )
+            raise ReconError("DP accounting here covers full-batch DP-GD only; use batch_size=None with dp")
         if self.activation not in ACTIVATIONS:
-            raise ReconInputError(
-                f"unknown activation {self.activation!r}; choose one of {sorted(ACTIVATIONS)}"
-            )
+            raise ReconError(f"unknown activation {self.activation!r}; choose one of {sorted(ACTIVATIONS)}")
 
     def network(self) -> ClassifierMLP:
         return ClassifierMLP(self.widths, self.activation)
@@ -354,7 +350,7 @@ def train_one_model(
     The reference the batched farm must equal, and the one-at-a-time baseline of its benchmark.
     """
     if config.batch_size is not None or config.dp.private:
-        raise ReconInputError("the one-model reference covers full-batch, non-private training only")
+        raise ReconError("the one-model reference covers full-batch, non-private training only")
     network = config.network()
     with torch.no_grad():
         for name, p in network.named_parameters():
@@ -422,7 +418,7 @@ def _check_folder(folder: Path, config: FarmConfig, noise_seed: int, fingerprint
     if meta_path.exists():
         saved = json.loads(meta_path.read_text())
         if saved != json.loads(json.dumps(meta)):
-            raise ReconInputError(
+            raise ReconError(
                 f"{folder} holds a farm of another configuration or data set; use a new --out folder or "
                 "delete that one"
             )
@@ -457,11 +453,11 @@ def build_farm(
     chunk a Ray task; needs ``pip install ray`` and a running cluster or ``ray.init()``).
     """
     if backend not in ("local", "ray"):
-        raise ReconInputError(f"backend must be 'local' or 'ray', got {backend!r}")
+        raise ReconError(f"backend must be 'local' or 'ray', got {backend!r}")
     if len(targets_x) != len(targets_y) or len(x_minus) != len(y_minus):
-        raise ReconInputError("targets_x/targets_y and x_minus/y_minus must have matching lengths")
+        raise ReconError("targets_x/targets_y and x_minus/y_minus must have matching lengths")
     if len(targets_x) == 0:
-        raise ReconInputError("the farm needs at least one target")
+        raise ReconError("the farm needs at least one target")
     chunks = _chunks(config, targets_x, targets_y, noise_seed)
     path = Path(folder) if folder is not None else None
     if path is not None:
@@ -478,9 +474,7 @@ def build_farm(
     def finish(chunk: Chunk, flat: torch.Tensor) -> None:
         results[chunk.index] = flat
         if path is not None:
-            temporary = path / f"chunk_{chunk.index:05d}.pt.tmp"
-            torch.save(flat, temporary)
-            temporary.replace(path / f"chunk_{chunk.index:05d}.pt")
+            save_atomically(path / f"chunk_{chunk.index:05d}.pt", flat)
 
     if backend == "ray":
         _run_on_ray(config, x_minus, y_minus, missing, finish)
@@ -495,7 +489,7 @@ def _run_on_ray(config, x_minus, y_minus, chunks: list[Chunk], finish: Callable[
     try:
         import ray
     except ImportError as error:
-        raise ReconInputError(
+        raise ReconError(
             "backend='ray' needs Ray: pip install ray (or use the default local backend)"
         ) from error
     remote = ray.remote(train_chunk)

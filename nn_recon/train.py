@@ -19,9 +19,9 @@ from torch.nn import functional as F
 
 from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
 from nn_recon.data import TaskData, make_task
-from nn_recon.errors import ReconInputError, require_at_least, require_positive
 from nn_recon.models import Architecture, Network, build_network, margins, predict
-from nn_recon.progress import progress
+from recon_core.errors import ReconError, require_at_least, require_positive
+from recon_core.progress import progress
 
 MODEL_FORMAT = "nn-recon-model/1"
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -81,13 +81,13 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ReconInputError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+        raise ReconError("--device cuda was asked for but no CUDA device is available; use --device cpu")
     return torch.device(device)
 
 
 def resolve_dtype(name: str) -> torch.dtype:
     if name not in DTYPES:
-        raise ReconInputError(f"dtype must be one of {list(DTYPES)}, got {name!r}")
+        raise ReconError(f"dtype must be one of {list(DTYPES)}, got {name!r}")
     return DTYPES[name]
 
 
@@ -140,7 +140,7 @@ def train_target(
     if checkpoint and checkpoint.exists():
         state = load_torch_file(checkpoint, "a training checkpoint", "delete it to start over", device)
         if state.get("config") != asdict(config):
-            raise ReconInputError(
+            raise ReconError(
                 f"checkpoint {checkpoint} was written for another config; delete it to start over"
             )
         load_weights(network, state["state_dict"], checkpoint)
@@ -157,7 +157,7 @@ def train_target(
         loss = _objective(network, x, y, config.weight_decay)
         loss_value = loss.item()
         if not math.isfinite(loss_value):
-            raise ReconInputError(f"training diverged (loss {loss_value}) at step {step}; lower --lr")
+            raise ReconError(f"training diverged (loss {loss_value}) at step {step}; lower --lr")
         if step % 100 == 0:
             history.append((step, loss_value))
             if on_step:
@@ -188,8 +188,6 @@ def train_target(
 
 
 def save_model(model: TrainedModel, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "format": MODEL_FORMAT,
         "architecture": model.architecture.to_dict(),
@@ -204,28 +202,25 @@ def save_model(model: TrainedModel, path: str | Path) -> Path:
     if model.train_images is not None:
         state["train_images"] = torch.as_tensor(model.train_images)
         state["train_labels"] = torch.as_tensor(model.train_labels)
-    torch.save(state, path)
-    return path
+    return save_atomically(path, state)
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None) -> TrainedModel:
     """Read a model written by :func:`save_model`; anything else is a clear error."""
     path = Path(path)
     if not path.is_file():
-        raise ReconInputError(f"model file {path} does not exist")
+        raise ReconError(f"model file {path} does not exist")
     state = load_torch_file(
         path, "a model file written by nn-recon train", "pass the --out file of nn-recon train"
     )
     if not isinstance(state, dict) or state.get("format") != MODEL_FORMAT:
-        raise ReconInputError(
-            f"{path} is not a model file written by nn-recon train (no {MODEL_FORMAT!r} tag)"
-        )
+        raise ReconError(f"{path} is not a model file written by nn-recon train (no {MODEL_FORMAT!r} tag)")
     try:
         architecture = Architecture.from_dict(state["architecture"])
         network = Network(architecture)
         load_weights(network, state["state_dict"], path)
     except (KeyError, TypeError, RuntimeError) as error:
-        raise ReconInputError(f"{path} has an unknown or inconsistent architecture: {error}") from None
+        raise ReconError(f"{path} has an unknown or inconsistent architecture: {error}") from None
     stored_dtype = next(iter(state["state_dict"].values())).dtype
     network = network.to(resolve_device(device), resolve_dtype(dtype) if dtype else stored_dtype)
     images = state.get("train_images")

@@ -16,9 +16,9 @@ import numpy as np
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 
-from bayes_recon.errors import ReconError
 from bayes_recon.models import regression as m
 from bayes_recon.pseudo import Dummy
+from recon_core.errors import ReconError
 
 Columns = Mapping[str, np.ndarray]
 

@@ -32,14 +32,14 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit, softmax
 
-from bayes_recon.measure import WeightedMeasure
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
 
 Family = Literal["gaussian", "bernoulli", "multinomial"]
 FAMILIES: tuple[str, ...] = ("gaussian", "bernoulli", "multinomial")
 
 
-class NotOptimalError(ReconInputError):
+class NotOptimalError(ReconError):
     """The released parameters are not a minimiser of the training objective on D⁻ ∪ {z}."""
 
     def __init__(self, message: str, gradient_norm: float) -> None:
@@ -47,7 +47,7 @@ class NotOptimalError(ReconInputError):
         self.gradient_norm = gradient_norm
 
 
-class SingularTargetError(ReconInputError):
+class SingularTargetError(ReconError):
     """The optimality condition does not determine the target (its residual is zero)."""
 
 
@@ -66,27 +66,27 @@ class GLM:
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
-            raise ReconInputError(f"family must be one of {FAMILIES}, got {self.family!r}")
+            raise ReconError(f"family must be one of {FAMILIES}, got {self.family!r}")
         coef = np.atleast_2d(np.asarray(self.coef, dtype=float))
         if coef.ndim != 2:
-            raise ReconInputError(f"coef must be a (k, d) or (d,) array, got shape {np.shape(self.coef)}")
+            raise ReconError(f"coef must be a (k, d) or (d,) array, got shape {np.shape(self.coef)}")
         intercept = None
         if self.intercept is not None:
             intercept = np.asarray(self.intercept, dtype=float).reshape(-1)
             if intercept.shape != (coef.shape[0],):
-                raise ReconInputError(
+                raise ReconError(
                     f"intercept has shape {intercept.shape} but coef has {coef.shape[0]} output rows"
                 )
         if not (np.all(np.isfinite(coef)) and (intercept is None or np.all(np.isfinite(intercept)))):
-            raise ReconInputError(
+            raise ReconError(
                 "the model's coef or intercept holds NaN or infinite values; refit the model and save it"
             )
         if not (np.isfinite(self.l2) and self.l2 >= 0):
-            raise ReconInputError(f"the L2 strength must be finite and >= 0, got {self.l2}")
+            raise ReconError(f"the L2 strength must be finite and >= 0, got {self.l2}")
         if self.family == "multinomial" and coef.shape[0] < 3:
-            raise ReconInputError("a multinomial model needs >= 3 classes; use family='bernoulli' for two")
+            raise ReconError("a multinomial model needs >= 3 classes; use family='bernoulli' for two")
         if self.family == "bernoulli" and coef.shape[0] != 1:
-            raise ReconInputError(f"a bernoulli model has one output row, got {coef.shape[0]}")
+            raise ReconError(f"a bernoulli model has one output row, got {coef.shape[0]}")
         object.__setattr__(self, "coef", coef)
         object.__setattr__(self, "intercept", intercept)
         object.__setattr__(self, "l2", float(self.l2))
@@ -113,13 +113,13 @@ class GLM:
         if self.family == "gaussian":
             y = y.astype(float).reshape(len(y), -1)
             if y.shape[1] != self.coef.shape[0]:
-                raise ReconInputError(f"y has {y.shape[1]} outputs but the model has {self.coef.shape[0]}")
+                raise ReconError(f"y has {y.shape[1]} outputs but the model has {self.coef.shape[0]}")
             return y
         classes = self.classes if self.classes is not None else np.arange(max(2, self.coef.shape[0]))
         index = np.searchsorted(classes, y.reshape(-1))
         valid = (index < len(classes)) & (classes[np.minimum(index, len(classes) - 1)] == y.reshape(-1))
         if not np.all(valid):
-            raise ReconInputError(f"labels {np.unique(y.reshape(-1)[~valid])[:5]} are not among {classes}")
+            raise ReconError(f"labels {np.unique(y.reshape(-1)[~valid])[:5]} are not among {classes}")
         if self.family == "bernoulli":
             return index.astype(float)[:, None]
         return np.eye(len(classes))[index]
@@ -139,20 +139,20 @@ def glm_from_estimator(estimator: Any) -> GLM:
 
     name = type(estimator).__name__
     if type(estimator) not in (LinearRegression, Ridge, LogisticRegression):
-        raise ReconInputError(
+        raise ReconError(
             f"{name} is not supported; the closed form covers sklearn LinearRegression, Ridge and "
             "LogisticRegression, or a GLM(...) built from plain coefficient arrays"
         )
     if not hasattr(estimator, "coef_"):
-        raise ReconInputError(f"the {name} is not fitted; fit it before attacking it")
+        raise ReconError(f"the {name} is not fitted; fit it before attacking it")
     intercept = estimator.intercept_ if estimator.fit_intercept else None
     if getattr(estimator, "positive", False):
-        raise ReconInputError(f"{name}(positive=True) has constraints; the closed form needs none")
+        raise ReconError(f"{name}(positive=True) has constraints; the closed form needs none")
     if type(estimator) is LinearRegression:
         return GLM("gaussian", estimator.coef_, intercept)
     if type(estimator) is Ridge:
         if np.ndim(estimator.alpha) != 0:
-            raise ReconInputError("Ridge with one alpha per target is not supported; fit one per target")
+            raise ReconError("Ridge with one alpha per target is not supported; fit one per target")
         return GLM("gaussian", estimator.coef_, intercept, l2=float(estimator.alpha))
     problems = []
     if estimator.l1_ratio not in (0, 0.0, None) or estimator.penalty in ("l1", "elasticnet"):
@@ -162,7 +162,7 @@ def glm_from_estimator(estimator: Any) -> GLM:
     if estimator.class_weight is not None:
         problems.append("class_weight")
     if problems:
-        raise ReconInputError(
+        raise ReconError(
             f"LogisticRegression with {', '.join(problems)} is not supported; refit with the default "
             "L2 penalty and solver='lbfgs'"
         )
@@ -187,8 +187,8 @@ def _load_skops(path: Path) -> Any:
     trust by default must be one of :func:`skops_allowed_types`, and only those are trusted."""
     import skops.io
 
-    def unreadable(error: Exception) -> ReconInputError:
-        return ReconInputError(f"{path} is not a readable skops file ({type(error).__name__}: {error})")
+    def unreadable(error: Exception) -> ReconError:
+        return ReconError(f"{path} is not a readable skops file ({type(error).__name__}: {error})")
 
     try:
         untrusted = skops.io.get_untrusted_types(file=path)
@@ -196,7 +196,7 @@ def _load_skops(path: Path) -> Any:
         raise unreadable(error) from None
     refused = sorted(set(untrusted) - skops_allowed_types())
     if refused:
-        raise ReconInputError(
+        raise ReconError(
             f"{path} holds types other than the sklearn linear models and numpy types a model file may "
             f"hold: {', '.join(refused)}; save a fitted LinearRegression, Ridge or LogisticRegression with "
             "skops.io.dump"
@@ -211,7 +211,7 @@ def _glm_from_npz(path: Path) -> GLM:
     with np.load(path, allow_pickle=False) as saved:
         missing = {"family", "coef"} - set(saved.files)
         if missing:
-            raise ReconInputError(f"{path} lacks {sorted(missing)}; it needs family, coef[, intercept, l2]")
+            raise ReconError(f"{path} lacks {sorted(missing)}; it needs family, coef[, intercept, l2]")
         return GLM(
             str(saved["family"]),
             saved["coef"],
@@ -230,13 +230,13 @@ def load_glm(path: str | Path, trust_pickle: bool = False) -> GLM:
     """
     path = Path(path)
     if not path.is_file():
-        raise ReconInputError(f"{path} does not exist")
+        raise ReconError(f"{path} does not exist")
     if path.suffix == ".npz":
         return _glm_from_npz(path)
     if path.suffix == ".skops":
         return glm_from_estimator(_load_skops(path))
     if not trust_pickle:
-        raise ReconInputError(
+        raise ReconError(
             f"refusing to unpickle {path}: loading a joblib/pickle file runs any code it holds. Save the "
             "model as .skops (skops.io.dump) or as an .npz of family, coef, intercept, l2; or, for a file "
             "you made yourself, pass --trust-pickle"
@@ -246,7 +246,7 @@ def load_glm(path: str | Path, trust_pickle: bool = False) -> GLM:
     try:
         estimator = joblib.load(path)
     except Exception as error:
-        raise ReconInputError(
+        raise ReconError(
             f"could not load a fitted estimator from {path} ({type(error).__name__}: {error})"
         ) from error
     return glm_from_estimator(estimator)
@@ -272,7 +272,7 @@ class GLMReconstruction:
         """
         true = np.asarray(true_features, dtype=float).reshape(-1)
         if true.shape != self.features.shape[1:]:
-            raise ReconInputError(
+            raise ReconError(
                 f"the true target has {true.size} features but the reconstruction {self.features.shape[1]}"
             )
         error = np.abs(self.features - true).max(axis=1).min()
@@ -295,13 +295,13 @@ def _as_glm(model: Any) -> GLM:
 def _checked_data(glm: GLM, x_minus: Any, y_minus: Any) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x_minus, dtype=float)
     if x.ndim != 2 or x.shape[1] != glm.n_features:
-        raise ReconInputError(
+        raise ReconError(
             f"D⁻ features must be an (n, {glm.n_features}) array matching the model, got shape {x.shape}"
         )
     if len(np.asarray(y_minus)) != len(x):
-        raise ReconInputError(f"D⁻ has {len(x)} feature rows but {len(np.asarray(y_minus))} labels")
+        raise ReconError(f"D⁻ has {len(x)} feature rows but {len(np.asarray(y_minus))} labels")
     if not np.all(np.isfinite(x)):
-        raise ReconInputError("D⁻ features contain NaN or infinite values")
+        raise ReconError("D⁻ features contain NaN or infinite values")
     return x, glm.encode_labels(y_minus)
 
 
@@ -349,7 +349,7 @@ def reconstruct_target(
     Raises ``NotOptimalError`` when the relative gradient norm exceeds ``tol``.
     """
     if not tol > 0:
-        raise ReconInputError(f"tol must be > 0, got {tol}")
+        raise ReconError(f"tol must be > 0, got {tol}")
     glm = _as_glm(model)
     x, responses = _checked_data(glm, x_minus, y_minus)
     known = None if label is None else glm.encode_labels(np.asarray([label]))[0]
@@ -369,11 +369,11 @@ def reconstruct_target(
         residual_of = [target_residual]
     else:
         if known is None:
-            raise ReconInputError(
+            raise ReconError(
                 "the model has no intercept, so the target's label must be known: pass label=... (--label)"
             )
         if glm.coef.shape[0] != 1:
-            raise ReconInputError("without an intercept only single-output models are supported")
+            raise ReconError("without an intercept only single-output models are supported")
         roots = _residual_roots(glm, known, float(glm.coef[0] @ m[0]))
         if not roots:
             raise SingularTargetError(

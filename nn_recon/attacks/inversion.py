@@ -24,16 +24,16 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from bayes_recon.measure import WeightedMeasure
-from nn_recon.checkpoint import load_torch_file, load_weights
+from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
 from nn_recon.data import TaskData, balanced_subset, check_images, load_mnist
-from nn_recon.errors import ReconInputError
 from nn_recon.gan import Gan, GanConfig, load_gan, save_gan, train_gan
 from nn_recon.metrics import knn_distance, top_k_accuracy
 from nn_recon.models import Architecture, build_network, penultimate
-from nn_recon.progress import progress
 from nn_recon.report import save_class_grid
 from nn_recon.train import TrainedModel, accuracy, load_model, save_model
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
+from recon_core.progress import progress
 
 METHODS = ("gmi", "kedmi")
 LOSSES = ("ce", "lom", "ma", "lomma")
@@ -68,11 +68,11 @@ class SettingConfig:
         object.__setattr__(self, "private_classes", tuple(int(c) for c in self.private_classes))
         object.__setattr__(self, "augmented", tuple(self.augmented))
         if len(set(self.private_classes)) < 2 or not set(self.private_classes) <= set(range(10)):
-            raise ReconInputError(f"private classes must be two or more digits 0-9: {self.private_classes}")
+            raise ReconError(f"private classes must be two or more digits 0-9: {self.private_classes}")
         if len(self.augmented) != 2:
-            raise ReconInputError(f"the setting has two augmented models, got {len(self.augmented)}")
+            raise ReconError(f"the setting has two augmented models, got {len(self.augmented)}")
         if min(self.epochs, self.batch_size) < 1:
-            raise ReconInputError("epochs and batch_size must be >= 1")
+            raise ReconError("epochs and batch_size must be >= 1")
 
 
 def load_split(config: SettingConfig, split: str = "train") -> tuple[TaskData, np.ndarray]:
@@ -106,7 +106,7 @@ def fit_classifier(
     if checkpoint.exists():
         state = load_torch_file(checkpoint, "a classifier checkpoint", "delete it to start over")
         if state["config"] != asdict(config):
-            raise ReconInputError(f"checkpoint {checkpoint} was written for another setting; delete it")
+            raise ReconError(f"checkpoint {checkpoint} was written for another setting; delete it")
         load_weights(network, state["network"], checkpoint)
         optimiser.load_state_dict(state["optimiser"])
         rng.set_state(state["rng"])
@@ -120,11 +120,10 @@ def fit_classifier(
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({
+        save_atomically(checkpoint, {
             "config": asdict(config), "network": network.state_dict(), "optimiser": optimiser.state_dict(),
             "rng": rng.get_state(), "epoch": epoch + 1, "seconds": time.perf_counter() - started,
-        }, checkpoint)  # fmt: skip
+        })  # fmt: skip
     seconds = time.perf_counter() - started
     checkpoint.unlink(missing_ok=True)
     return TrainedModel(network, mean, classes, loss.item(), config.epochs, asdict(config), seconds=seconds)
@@ -157,7 +156,7 @@ def soft_labels(model: TrainedModel, images: np.ndarray) -> np.ndarray:
 
 def _missing(path: Path, train: bool) -> bool:
     if not path.exists() and not train:
-        raise ReconInputError(f"{path} does not exist; train it with nn-recon gan --workdir {path.parent}")
+        raise ReconError(f"{path} does not exist; train it with nn-recon gan --workdir {path.parent}")
     return not path.exists()
 
 
@@ -175,7 +174,7 @@ def prepare_setting(config: SettingConfig, workdir: str | Path, train: bool = Tr
         if not _missing(path, train):
             models[name] = load_model(path)
             if models[name].config != asdict(config):
-                raise ReconInputError(f"{path} was trained for another setting; use another --workdir")
+                raise ReconError(f"{path} was trained for another setting; use another --workdir")
             continue
         classes = private.classes
         if name.startswith("augmented"):  # distilled from the target on public images
@@ -225,7 +224,7 @@ def prepare_gan(config: GanConfig, setting: Setting, workdir: str | Path) -> Gan
     if path.exists():
         gan = load_gan(path)
         if gan.config != config:
-            raise ReconInputError(f"{path} was trained with another GAN config; use another --workdir")
+            raise ReconError(f"{path} was trained with another GAN config; use another --workdir")
         return gan
     labels = soft_labels(setting.target, setting.public) if config.kind == "kedmi" else None
     gan = train_gan(config, setting.public, labels, checkpoint=path.with_suffix(".ckpt"))
@@ -251,11 +250,11 @@ class InversionConfig:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ReconInputError(f"method must be one of {METHODS}, got {self.method!r}")
+            raise ReconError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.loss not in LOSSES:
-            raise ReconInputError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+            raise ReconError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if min(self.restarts, self.steps, self.public_for_p_reg) < 1 or self.clip <= 0:
-            raise ReconInputError("restarts, steps and public_for_p_reg must be >= 1 and clip > 0")
+            raise ReconError("restarts, steps and public_for_p_reg must be >= 1 and clip > 0")
 
 
 def identity_loss(
@@ -285,18 +284,16 @@ def check_compatible(gan: Gan, setting: Setting, method: str) -> None:
     k = setting.target.architecture.num_outputs
     counts = {m.architecture.num_outputs for m in [setting.evaluation, *setting.augmented]}
     if counts != {k}:
-        raise ReconInputError(f"the target has {k} classes but the evaluation/augmented models have {counts}")
+        raise ReconError(f"the target has {k} classes but the evaluation/augmented models have {counts}")
     if gan.image_shape != setting.target.architecture.input_shape:
-        raise ReconInputError(
+        raise ReconError(
             f"the GAN makes {gan.image_shape} images but the target takes "
             f"{setting.target.architecture.input_shape}; train a GAN on images of the target's size"
         )
     if gan.config.kind != method:
-        raise ReconInputError(f"--method {method} needs a {method} GAN, got a {gan.config.kind} one")
+        raise ReconError(f"--method {method} needs a {method} GAN, got a {gan.config.kind} one")
     if method == "kedmi" and gan.num_classes != k:
-        raise ReconInputError(
-            f"the KEDMI GAN was trained for {gan.num_classes} classes but the target has {k}"
-        )
+        raise ReconError(f"the KEDMI GAN was trained for {gan.num_classes} classes but the target has {k}")
 
 
 def reparameterised(

@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bayes_recon.measure import WeightedMeasure
 from nn_recon.data import load_dataset
-from nn_recon.errors import ReconInputError
 from nn_recon.metrics import InformedScores, score_informed
 from nn_recon.reconn import ReconnConfig, reconstruct, train_reconstructor
 from nn_recon.report import save_informed_grid
 from nn_recon.shadows import ClassifierMLP, Farm, FarmConfig, accuracy, build_farm, logits_on_probes
+from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
 
 REPRESENTATIONS = ("weights", "logits")
 
@@ -48,11 +48,9 @@ class InformedAttackConfig:
 
     def __post_init__(self) -> None:
         if self.representation not in REPRESENTATIONS:
-            raise ReconInputError(
-                f"representation must be one of {REPRESENTATIONS}, got {self.representation!r}"
-            )
+            raise ReconError(f"representation must be one of {REPRESENTATIONS}, got {self.representation!r}")
         if min(self.fixed_set_size, self.shadows, self.targets, self.probes) < 1:
-            raise ReconInputError("fixed_set_size, shadows, targets and probes must be >= 1")
+            raise ReconError("fixed_set_size, shadows, targets and probes must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -86,13 +84,13 @@ def _split(config: InformedAttackConfig):
     test_x, test_y = (torch.from_numpy(a) for a in load_dataset(config.dataset, "test", config.data_root))
     needed = config.fixed_set_size + config.shadows
     if needed > len(train_x) or config.targets > len(test_x):
-        raise ReconInputError(
+        raise ReconError(
             f"{config.dataset} has {len(train_x)} training and {len(test_x)} test images; asked for "
             f"{needed} training (D⁻ + shadows) and {config.targets} test targets"
         )
     inputs = math.prod(train_x.shape[1:])
     if config.farm.widths[0] != inputs or config.farm.widths[-1] <= int(train_y.max()):
-        raise ReconInputError(
+        raise ReconError(
             f"the model widths {config.farm.widths} must start with the image size {inputs} and end "
             f"with >= {int(train_y.max()) + 1} classes"
         )
@@ -126,7 +124,7 @@ def train_farms(config: InformedAttackConfig, out: str | Path) -> tuple[Farm, Fa
 def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> InformedAttackResult:
     """Train (or reuse) the farms under ``out``, fit the RecoNN, reconstruct and score the targets."""
     if config.shadows < 2:  # refused before the farms are trained, not after
-        raise ReconInputError(f"the RecoNN learns from the shadow models: needs >= 2, not {config.shadows}")
+        raise ReconError(f"the RecoNN learns from the shadow models: needs >= 2, not {config.shadows}")
     out = Path(out)
     (train_x, train_y), (x_minus, _), (shadow_x, _), (test_x, test_y) = _split(config)
     target_x, target_y = test_x[: config.targets], test_y[: config.targets]

@@ -32,13 +32,13 @@ import torch
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from bayes_recon.measure import WeightedMeasure
 from nn_recon.checkpoint import load_torch_file, save_atomically
-from nn_recon.errors import ReconInputError, require_at_least, require_positive
 from nn_recon.metrics import pairwise_ncc
 from nn_recon.models import margins
-from nn_recon.progress import progress
 from nn_recon.train import TrainedModel, resolve_device, resolve_dtype
+from recon_core.errors import ReconError, require_at_least, require_positive
+from recon_core.measure import WeightedMeasure
+from recon_core.progress import progress
 
 OBJECTIVES = ("kkt", "posterior")
 Range = tuple[float, float]
@@ -112,7 +112,7 @@ class StationarityResult:
 def candidate_labels(points: int, num_classes: int) -> np.ndarray:
     """Class indices for ``points`` candidates, split as evenly as possible, in blocks."""
     if points < num_classes:
-        raise ReconInputError(
+        raise ReconError(
             f"--points {points} is smaller than the {num_classes} classes; use at least {num_classes}"
         )
     return (np.arange(points) * num_classes // points).astype(np.int64)
@@ -131,7 +131,7 @@ class StationarityLoss:
 
     def __init__(self, model: TrainedModel, labels: torch.Tensor, objective: str, weight_decay: float | None):
         if objective not in OBJECTIVES:
-            raise ReconInputError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+            raise ReconError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.network = model.network
         self.params = model.parameters()
         self.labels = labels
@@ -139,9 +139,7 @@ class StationarityLoss:
         if objective == "posterior":
             weight_decay = weight_decay if weight_decay is not None else model.config.get("weight_decay", 0.0)
             if not weight_decay:
-                raise ReconInputError(
-                    "the posterior objective needs the weight decay the model was trained with"
-                )
+                raise ReconError("the posterior objective needs the weight decay the model was trained with")
         self.prior_scale = 1.0 if objective == "kkt" else float(weight_decay)
         self.prior_norm = self.prior_scale**2 * sum(p.square().sum() for p in self.params.values())
 
@@ -368,9 +366,7 @@ def reconstruct(
     if measure is not None and out:
         measure.save(out / "reconstruction")
     if measure is None:
-        raise ReconInputError(
-            f"all {config.runs} runs diverged (NaN loss); lower the --lr range and run again"
-        )
+        raise ReconError(f"all {config.runs} runs diverged (NaN loss); lower the --lr range and run again")
     return StationarityResult(measure, runs, diverged)
 
 

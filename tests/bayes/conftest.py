@@ -1,6 +1,8 @@
 """Shared fixtures for the bayes_recon tests.
 
-``bayes_recon`` is imported first: it switches JAX to float64, which the identities below need.
+JAX is switched to float64 before any test makes an array: the identities below need it, and many
+tests call the attack's building blocks (which do not switch it themselves) directly. Importing
+``bayes_recon`` does not switch it (tests/test_architecture.py checks that).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import bayes_recon  # noqa: F401  (enables jax x64 before anything else touches JAX)
+from bayes_recon import enable_float64
+
+enable_float64()
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DB = REPO.parent / "shared" / "posteriordb" / "posterior_database"

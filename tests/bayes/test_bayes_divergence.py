@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import bayes_recon  # noqa: F401  (x64)
 from bayes_recon.divergence import (
     ESTIMATORS,
     Coordinates,

@@ -10,7 +10,6 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 
-import bayes_recon  # noqa: F401  (x64)
 from bayes_recon.draws import as_draws, check_draws, from_stan_names
 from bayes_recon.errors import ReconError
 

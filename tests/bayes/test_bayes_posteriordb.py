@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import bayes_recon  # noqa: F401  (x64)
 from bayes_recon.errors import ReconError
 from bayes_recon.posteriordb import EMBEDDED, ENV_VAR, database_path, load_posterior
 

@@ -17,7 +17,6 @@ import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
 
-import bayes_recon  # noqa: F401  (x64)
 from bayes_recon.draws import check_draws, from_stan_names
 from bayes_recon.errors import ReconError
 from bayes_recon.models import REGISTRY, lookup

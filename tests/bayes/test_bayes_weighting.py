@@ -11,7 +11,6 @@ import pytest
 from numpyro import handlers
 from numpyro.infer.util import potential_energy
 
-import bayes_recon  # noqa: F401  (x64)
 from bayes_recon.models import regression as m
 from bayes_recon.weighting import WeightedModel, weight_likelihood
 

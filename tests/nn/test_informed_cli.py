@@ -9,8 +9,8 @@ import pytest
 import skops.io
 from sklearn.linear_model import LogisticRegression, Ridge
 
-from bayes_recon.measure import WeightedMeasure
 from nn_recon.cli import main
+from recon_core.measure import WeightedMeasure
 
 
 def _known(tmp_path, x, y):

@@ -11,7 +11,7 @@ from nn_recon.attacks.informed import (
     SingularTargetError,
     reconstruct_target,
 )
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
 
 
 def _regression(n=120, d=6, seed=0):
@@ -77,7 +77,7 @@ def test_without_intercept_known_label_gives_the_target_among_exact_candidates(k
 def test_without_intercept_requires_the_label():
     x, y = _regression()
     estimator = Ridge(alpha=1.0, fit_intercept=False).fit(x, y)
-    with pytest.raises(ReconInputError, match="label"):
+    with pytest.raises(ReconError, match="label"):
         reconstruct_target(estimator, x[:-1], y[:-1])
 
 
@@ -107,15 +107,15 @@ def test_target_on_the_fit_is_singular():
 
 def test_unsupported_estimator_and_bad_shapes_are_clear_errors():
     x, y = _regression()
-    with pytest.raises(ReconInputError, match="not supported"):
+    with pytest.raises(ReconError, match="not supported"):
         reconstruct_target(Lasso(alpha=0.1).fit(x, y), x[:-1], y[:-1])
-    with pytest.raises(ReconInputError, match="not fitted"):
+    with pytest.raises(ReconError, match="not fitted"):
         reconstruct_target(Ridge(), x[:-1], y[:-1])
-    with pytest.raises(ReconInputError, match="SVR is not supported"):  # fitted, but kernelised
+    with pytest.raises(ReconError, match="SVR is not supported"):  # fitted, but kernelised
         reconstruct_target(SVR().fit(x, y), x[:-1], y[:-1])
-    with pytest.raises(ReconInputError, match="positive=True"):  # constrained: KKT, not a zero gradient
+    with pytest.raises(ReconError, match="positive=True"):  # constrained: KKT, not a zero gradient
         reconstruct_target(LinearRegression(positive=True).fit(x, y), x[:-1], y[:-1])
-    with pytest.raises(ReconInputError, match="tol must be > 0"):
+    with pytest.raises(ReconError, match="tol must be > 0"):
         reconstruct_target(LinearRegression().fit(x, y), x[:-1], y[:-1], tol=-1)
-    with pytest.raises(ReconInputError, match="match"):
+    with pytest.raises(ReconError, match="match"):
         reconstruct_target(LinearRegression().fit(x, y), x[:-1, :3], y[:-1])

@@ -7,7 +7,6 @@ import torch
 
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, train_farms
 from nn_recon.dp import DPConfig, noise_multiplier
-from nn_recon.errors import ReconInputError
 from nn_recon.shadows import (
     FarmConfig,
     build_farm,
@@ -18,6 +17,7 @@ from nn_recon.shadows import (
     train_one_model,
     unflatten,
 )
+from recon_core.errors import ReconError
 
 CONFIG = FarmConfig(widths=(12, 5, 3), epochs=15, lr=0.2, momentum=0.9)
 
@@ -144,7 +144,7 @@ def test_farm_saves_chunks_and_resumes(tmp_path):
     torch.testing.assert_close(first.params, second.params)
     assert first.params.shape == (5, 12 * 5 + 5 + 5 * 3 + 3)
     other = FarmConfig(**{**config.to_dict(), "lr": 0.01})
-    with pytest.raises(ReconInputError, match="another configuration"):
+    with pytest.raises(ReconError, match="another configuration"):
         build_farm(other, x_minus, y_minus, targets_x, targets_y, tmp_path)
 
 
@@ -158,7 +158,7 @@ def test_dp_noise_is_seeded_per_farm_and_the_released_farm_draws_its_own(tmp_pat
     torch.testing.assert_close(farm(0), farm(0), rtol=0, atol=0)
     assert not torch.allclose(farm(0), farm(1), atol=1e-3)
     farm(0, tmp_path / "farm")
-    with pytest.raises(ReconInputError, match="another configuration"):  # chunks of another noise seed
+    with pytest.raises(ReconError, match="another configuration"):  # chunks of another noise seed
         farm(1, tmp_path / "farm")
 
     seeds = []
@@ -183,7 +183,7 @@ def test_flatten_round_trip_and_black_box_view():
 
 
 def test_bad_configuration_is_a_clear_error():
-    with pytest.raises(ReconInputError, match="activation"):
+    with pytest.raises(ReconError, match="activation"):
         FarmConfig(activation="gelu")
-    with pytest.raises(ReconInputError, match="full-batch"):
+    with pytest.raises(ReconError, match="full-batch"):
         FarmConfig(batch_size=10, dp=DPConfig(epsilon=1.0))

@@ -93,9 +93,9 @@ def test_top_k_accuracy_and_knn_distance_by_brute_force():
 
 
 def test_evaluator_scores_the_attacked_models_as_by_hand():
-    from bayes_recon.measure import WeightedMeasure
     from nn_recon.attacks.inversion import Evaluator, Setting
     from nn_recon.data import TaskData
+    from recon_core.measure import WeightedMeasure
 
     target, other = _model("cnn:4,6", 0), _model("mlp:7", 1)
     ten_classes = build_network(Architecture.parse("mlp:5", (1, 8, 8), 10), 2).double()
@@ -148,17 +148,21 @@ def test_interrupted_classifier_training_resumes_to_the_same_weights(tmp_path, m
     config = SettingConfig(batch_size=16)
     arguments = (architecture, images, labels, images.mean(0), ("a", "b", "c"), config, 0)
     whole = fit_classifier(*arguments, tmp_path / "whole.ckpt")
-    save = torch.save
+    from nn_recon.attacks import inversion as inversion_module
 
-    def save_then_stop(*args, **kwargs):
-        save(*args, **kwargs)
+    save = inversion_module.save_atomically
+
+    def save_then_stop(path, state):
+        save(path, state)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(torch, "save", save_then_stop)
+    monkeypatch.setattr(inversion_module, "save_atomically", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         fit_classifier(*arguments, tmp_path / "resumed.ckpt")
     saved_epochs = []
-    monkeypatch.setattr(torch, "save", lambda state, path: saved_epochs.append(state["epoch"]))
+    monkeypatch.setattr(
+        inversion_module, "save_atomically", lambda path, state: saved_epochs.append(state["epoch"])
+    )
     resumed = fit_classifier(*arguments, tmp_path / "resumed.ckpt")
     assert saved_epochs == [2]  # it went on from epoch 1 rather than starting over
     first, second = whole.network.state_dict(), resumed.network.state_dict()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from nn_recon.errors import ReconInputError
 from nn_recon.lpips import lpips_distance
+from recon_core.errors import ReconError
 
 
 def test_distance_of_an_image_to_itself_is_zero():
@@ -48,7 +48,7 @@ def jnp_images(images_01):
 
 
 def test_shape_errors_are_clear():
-    with pytest.raises(ReconInputError, match="matching"):
+    with pytest.raises(ReconError, match="matching"):
         lpips_distance(torch.rand(2, 1, 28, 28), torch.rand(3, 1, 28, 28))
-    with pytest.raises(ReconInputError, match="images"):
+    with pytest.raises(ReconError, match="images"):
         lpips_distance(torch.rand(2, 28, 28), torch.rand(2, 28, 28))

@@ -11,11 +11,11 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from bayes_recon.measure import WeightedMeasure
 from nn_recon.attacks.inversion import AttackReport, InversionConfig
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, InformedAttackResult
 from nn_recon.cli import main
 from nn_recon.metrics import InformedScores
+from recon_core.measure import WeightedMeasure
 
 RNG = np.random.default_rng(0)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from bayes_recon.measure import WeightedMeasure
 from nn_recon.cli import build_parser, main
+from recon_core.measure import WeightedMeasure
 
 
 def test_train_attack_match_end_to_end(tmp_path, capsys):

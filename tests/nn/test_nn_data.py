@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from nn_recon import data
-from nn_recon.errors import ReconInputError
+from recon_core.errors import ReconError
 
 
 def write_idx(path, array: np.ndarray, compress: bool) -> None:
@@ -42,12 +42,12 @@ def test_cifar10_round_trip(tmp_path):
 
 
 def test_bad_paths_and_files_are_clear_errors(tmp_path):
-    with pytest.raises(ReconInputError, match="does not exist"):
+    with pytest.raises(ReconError, match="does not exist"):
         data.load_cifar10(tmp_path / "nowhere")
     (tmp_path / "junk").write_bytes(b"not an idx file")
-    with pytest.raises(ReconInputError, match="not an IDX file"):
+    with pytest.raises(ReconError, match="not an IDX file"):
         data.load_idx(tmp_path / "junk")
-    with pytest.raises(ReconInputError, match="data-root"):
+    with pytest.raises(ReconError, match="data-root"):
         data.load_dataset("fashion-mnist")
 
 
@@ -67,9 +67,9 @@ def test_balanced_odd_even_subset():
 
 
 def test_images_checked_for_shape_and_range():
-    with pytest.raises(ReconInputError, match="shape"):
+    with pytest.raises(ReconError, match="shape"):
         data.check_images(np.zeros((3, 28, 28), np.float32))
-    with pytest.raises(ReconInputError, match=r"\[0, 1\]"):
+    with pytest.raises(ReconError, match=r"\[0, 1\]"):
         data.check_images(np.full((1, 1, 2, 2), 255.0))
-    with pytest.raises(ReconInputError, match="fewer than"):
+    with pytest.raises(ReconError, match="fewer than"):
         data.balanced_subset(np.array([0, 0, 1]), 2)

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from nn_recon.data import load_digits
-from nn_recon.errors import ReconInputError
 from nn_recon.metrics import match, mse, pairwise_ncc, psnr, ssim
 from nn_recon.report import save_match_grid, success_table
+from recon_core.errors import ReconError
 
 
 def test_ssim_of_an_image_with_itself_is_one_and_drops_with_noise():
@@ -53,9 +53,9 @@ def test_match_finds_each_training_image_among_shuffled_reconstructions(tmp_path
 
 
 def test_match_rejects_mismatched_shapes_and_downsampling_below_1():
-    with pytest.raises(ReconInputError, match="differ in shape"):
+    with pytest.raises(ReconError, match="differ in shape"):
         match(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 28, 28)))
-    with pytest.raises(ReconInputError, match="--downsample must be at least 1, got 0"):
+    with pytest.raises(ReconError, match="--downsample must be at least 1, got 0"):
         match(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 8, 8)), downsample=0)
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
-from nn_recon.errors import ReconInputError
 from nn_recon.models import Architecture, Network, relu_with_surrogate_gradient
 from nn_recon.train import TrainedModel
+from recon_core.errors import ReconError
 
 
 def kkt_network(num_outputs: int, seed: int = 0, kappa: np.ndarray | None = None):
@@ -111,12 +111,12 @@ def test_surrogate_keeps_relu_values_and_its_gradient_tends_to_relus():
     ],
 )
 def test_config_refuses_bad_values_when_made(change, message):
-    with pytest.raises(ReconInputError, match=message):
+    with pytest.raises(ReconError, match=message):
         StationarityConfig(**change)
 
 
 def test_points_fewer_than_classes_is_a_clear_error():
-    with pytest.raises(ReconInputError, match="smaller than the 10 classes"):
+    with pytest.raises(ReconError, match="smaller than the 10 classes"):
         candidate_labels(5, 10)
     assert np.bincount(candidate_labels(10, 2)).tolist() == [5, 5]
 
@@ -167,7 +167,7 @@ def test_diverging_runs_are_reported_and_the_rest_kept():
     model, config = tiny_attack_setup()
     with torch.no_grad():
         model.network.readout.weight[0, 0] = math.nan
-    with pytest.raises(ReconInputError, match="diverged"):
+    with pytest.raises(ReconError, match="diverged"):
         reconstruct(model, config)
 
 
@@ -193,9 +193,9 @@ def test_posterior_objective_vanishes_at_an_exact_weight_decay_stationary_point(
 
 
 def test_selection_prunes_small_weights_and_keeps_the_heaviest_of_duplicates():
-    from bayes_recon.measure import WeightedMeasure
     from nn_recon.attacks.stationarity import select
     from nn_recon.data import load_digits
+    from recon_core.measure import WeightedMeasure
 
     images, _ = load_digits()
     labels = np.array([0, 1, 0])

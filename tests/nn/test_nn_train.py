@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from nn_recon.data import make_task
-from nn_recon.errors import ReconInputError
 from nn_recon.models import Architecture, build_network, margins
 from nn_recon.train import TrainConfig, accuracy, load_model, save_model, train_target
+from recon_core.errors import ReconError
 
 TINY = TrainConfig(
     dataset="digits",
@@ -74,7 +74,7 @@ def test_saved_model_round_trips_with_weights_only(tmp_path):
     ],
 )
 def test_config_refuses_bad_values_when_made(change, message):
-    with pytest.raises(ReconInputError, match=message):
+    with pytest.raises(ReconError, match=message):
         dataclasses.replace(TINY, **change)
 
 
@@ -84,20 +84,20 @@ def test_a_checkpoint_with_nan_weights_is_refused(tmp_path):
     state["state_dict"]["hidden.0.weight"][0, 0] = float("nan")
     torch.save(state, checkpoint)
     message = re.escape("model.ckpt holds NaN or infinite weights (hidden.0.weight)")
-    with pytest.raises(ReconInputError, match=message):
+    with pytest.raises(ReconError, match=message):
         train_target(TINY, checkpoint=checkpoint)
 
 
 def test_foreign_or_broken_model_files_are_clear_errors(tmp_path):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
-    with pytest.raises(ReconInputError, match="not a model file"):
+    with pytest.raises(ReconError, match="not a model file"):
         load_model(tmp_path / "other.pt")
     (tmp_path / "junk.pt").write_bytes(b"junk")
-    with pytest.raises(ReconInputError, match="not a model file"):
+    with pytest.raises(ReconError, match="not a model file"):
         load_model(tmp_path / "junk.pt")
-    with pytest.raises(ReconInputError, match="does not exist"):
+    with pytest.raises(ReconError, match="does not exist"):
         load_model(tmp_path / "missing.pt")
-    with pytest.raises(ReconInputError, match="unknown architecture"):
+    with pytest.raises(ReconError, match="unknown architecture"):
         Architecture.parse("transformer:3", (1, 8, 8), 1)
 
 

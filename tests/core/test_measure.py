@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-import bayes_recon  # noqa: F401  (x64)
-from bayes_recon.measure import WeightedMeasure, linear_model_errors
+from recon_core.measure import WeightedMeasure, linear_model_errors
 
 RNG = np.random.default_rng(11)
 

