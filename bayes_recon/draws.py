@@ -28,20 +28,20 @@ def as_draws(source: Any) -> dict[str, np.ndarray]:
         for name, var in posterior.data_vars.items():
             values = np.asarray(var.values)  # (chain, draw, ...)
             out[str(name)] = values.reshape((-1, *values.shape[2:]))
-        return _sites(out)
+        return group_stan_names(out)
     if isinstance(source, Mapping):
-        return _sites({str(k): np.asarray(v) for k, v in source.items()})
+        return group_stan_names({str(k): np.asarray(v) for k, v in source.items()})
     raise ReconError(
         f"cannot read posterior draws from a {type(source).__name__}; pass a dict of arrays "
         "(MCMC.get_samples()), a NumPyro MCMC, or an ArviZ InferenceData/DataTree"
     )
 
 
-def _sites(draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Stan-named draws grouped into sites; others as they are."""
-    if any((m := _STAN_NAME.match(k)) and (m["index"] or m["dotted"]) for k in draws):
-        return from_stan_names(draws)
-    return draws
+def group_stan_names(arrays: dict[str, np.ndarray], what: str = "draws") -> dict[str, np.ndarray]:
+    """Stan-named arrays (``beta[1]``, ``beta.1``) grouped into sites, if any name has an index."""
+    if any((m := _STAN_NAME.match(k)) and (m["index"] or m["dotted"]) for k in arrays):
+        return from_stan_names(arrays, what)
+    return arrays
 
 
 def _arviz_posterior(source: Any) -> Any:
@@ -57,18 +57,20 @@ def _arviz_posterior(source: Any) -> Any:
     return group.to_dataset() if hasattr(group, "to_dataset") else group
 
 
-def from_stan_names(draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def from_stan_names(draws: Mapping[str, np.ndarray], what: str = "draws") -> dict[str, np.ndarray]:
     """{"beta[1]": (S,), "beta[2]": (S,), "sigma": (S,)} → {"beta": (S, 2), "sigma": (S,)}; also
     ``beta.1``, ``beta.2`` (CmdStan CSV headers)."""
     grouped: dict[str, dict[tuple[int, ...], np.ndarray]] = {}
     for name, values in draws.items():
         match = _STAN_NAME.match(name)
         if match is None:
-            raise ReconError(f"cannot read the parameter name {name!r}; expected e.g. 'beta[1]' or 'sigma'")
+            raise ReconError(
+                f"cannot read the parameter name {name!r} of the {what}; expected e.g. 'beta[1]' or 'sigma'"
+            )
         written = match["index"] or match["dotted"]
         index = tuple(int(i) - 1 for i in re.split(r"[,.]", written)) if written else ()
         if any(i < 0 for i in index):
-            raise ReconError(f"the parameter name {name!r} has index 0; Stan names count from 1")
+            raise ReconError(f"the name {name!r} of the {what} has index 0; Stan names count from 1")
         grouped.setdefault(match["site"], {})[index] = np.asarray(values, dtype=float)
     out = {}
     for site, parts in grouped.items():
@@ -80,7 +82,7 @@ def from_stan_names(draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if missing:
             names = ", ".join(f"{site}[{','.join(str(i + 1) for i in index)}]" for index in missing[:5])
             more = " ..." if len(missing) > 5 else ""
-            raise ReconError(f"the draws of {site!r} miss some indices of its shape {shape}: {names}{more}")
+            raise ReconError(f"the {what} of {site!r} miss some indices of its shape {shape}: {names}{more}")
         n = len(next(iter(parts.values())))
         array = np.empty((n, *shape))
         for index, values in parts.items():

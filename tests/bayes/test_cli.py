@@ -72,6 +72,7 @@ def fake_reconstruct(monkeypatch):
 
 def test_reconstruct_prints_table_and_writes_json_and_measure(tmp_path, capsys, fake_reconstruct):
     out_json, prefix = tmp_path / "out" / "kidiq.json", tmp_path / "measure"
+    out_json.parent.mkdir()  # an output's folder must exist: a typo in it is refused before the attack
     argv = ["reconstruct", "--points", "5", "--steps", "3", "--restarts", "1", "--seed", "7"]
     assert main([*argv, "--json", str(out_json), "--save", str(prefix)]) == 0
 
