@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import textwrap
 import threading
@@ -165,6 +166,11 @@ def _problem(args: argparse.Namespace) -> PosteriorProblem:
     user = {"--draws": args.draws, "--data": args.data, "--free": args.free, "--fixed": args.fixed,
             "--support": args.support}  # fmt: skip
     if args.model is None:
+        if args.command == "audit" and args.draws and all(re.fullmatch(r"[0-9,]+", d) for d in args.draws):
+            raise ReconError(
+                f"--draws {' '.join(args.draws)}: --draws names the draws of your own model now; the "
+                "draw counts of the leakage curve are --draw-counts N1,N2"
+            )
         given = [option for option, value in user.items() if value]
         if given:
             raise ReconError(

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
+from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 from numpyro.infer.initialization import init_to_uniform
 
@@ -171,7 +172,8 @@ def check_data_support(
     """Refuse a data set (the truth an audit scores against) with values off the supports: a column's
     ``given`` support, or the support of the distribution of an observed site (y = 2.5 under a Poisson)."""
     for name, support in given.items():
-        _inside(support, columns[name], f"the column {name!r}", f"the support {support} given for it")
+        where = f"the support given for it, {_named(support)},"
+        _inside(support, columns[name], f"the data column {name!r}", where)
     try:
         trace = handlers.trace(
             handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
@@ -184,9 +186,14 @@ def check_data_support(
     for name, site in trace.items():
         if site["type"] == "sample" and site["is_observed"]:
             support = site["fn"].support
-            _inside(
-                support, site["value"], f"the observed site {name!r}", f"its distribution's support {support}"
-            )
+            where = f"the support of its distribution, {_named(support)},"
+            _inside(support, site["value"], f"the data of the observed site {name!r}", where)
+
+
+def _named(support: Constraint) -> str:
+    """``positive``, ``nonnegative_integer``: a constraint as --support names it, where it has a name."""
+    names = [k for k, v in vars(constraints).items() if repr(v) == repr(support) and not k.startswith("_")]
+    return names[0] if names else str(support)
 
 
 def _inside(support: Constraint, values: Any, what: str, where: str) -> None:
@@ -195,8 +202,8 @@ def _inside(support: Constraint, values: Any, what: str, where: str) -> None:
     inside = np.broadcast_to(np.asarray(support.check(jnp.asarray(values))), shape)
     if not inside.all():
         first = tuple(int(i) for i in np.argwhere(~inside)[0])
-        row = f" (first in row {first[0]}: {values[first].tolist()})" if first else ""
+        row = f"(first in row {first[0]}: {values[first].tolist()})" if first else "(a single value)"
         raise ReconError(
-            f"the data are outside {where}: {what} has {int((~inside).sum())} value(s) off it{row}; "
-            "check the data file (the right column? a count written as a fraction?) or the model"
+            f"{what} has {int((~inside).sum())} value(s) outside {where} {row}; check the data "
+            "file (the right column? a count written as a fraction?) or the model"
         )

@@ -31,7 +31,7 @@ from numpyro.distributions.constraints import Constraint
 from bayes_recon.draws import as_draws, group_stan_names
 from bayes_recon.errors import ReconError
 from bayes_recon.measure import WeightedMeasure
-from bayes_recon.modelcheck import check_data_support, check_free
+from bayes_recon.modelcheck import check_data_support, check_free, prepare_release
 from bayes_recon.models import Entry
 from bayes_recon.pipeline import PosteriorProblem
 from bayes_recon.posteriordb import chains_to_draws, load_posterior
@@ -100,8 +100,9 @@ def user_problem(
         points = _truth_columns(columns, shapes)
         check_data_support(function, points, known, supports)
         truth = WeightedMeasure.empirical(points, posterior=name)
+    checked = prepare_release(function, release, shapes, known, supports).draws  # refused here, not mid-run
     entry = Entry(name, function, tuple(shapes), supports, tuple(fixed_names))
-    return PosteriorProblem(name, entry, release, shapes, known, truth, root)
+    return PosteriorProblem(name, entry, checked, shapes, known, truth, root)
 
 
 def _is_posterior_name(draws: Sequence[str]) -> bool:
@@ -212,7 +213,7 @@ def read_draws(paths: Sequence[str]) -> dict[str, np.ndarray]:
     if suffix == ".json":
         content = _json(file, "--draws")
         if isinstance(content, list):
-            return chains_to_draws(content, f"--draws {file}")
+            return as_draws(chains_to_draws(content, f"--draws {file}"))
         return as_draws(_columns(content, file, "--draws"))
     raise ReconError(f"--draws: cannot tell the format of {file}; give {DRAWS_FORMATS}")
 
@@ -345,19 +346,23 @@ def constraint(text: str) -> Constraint:
         except ValueError:
             raise ReconError(f"--support: the bounds of {text!r} are not numbers") from None
     named = getattr(constraints, text, None)
-    if isinstance(named, Constraint) and named.event_dim == 0:
+    if _scalar(named):
         return named
-    known = sorted(
-        k
-        for k, v in vars(constraints).items()
-        if isinstance(v, Constraint) and v.event_dim == 0 and not k.startswith("_")
-    )
+    known = sorted(k for k, v in vars(constraints).items() if _scalar(v) and not k.startswith("_"))
     close = difflib.get_close_matches(text, known + list(_PARAMETRISED), n=2)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     raise ReconError(
         f"--support: unknown constraint {text!r}.{hint} Known: {', '.join(known)}; with bounds: "
         f"{', '.join(f'{k}(...)' for k in _PARAMETRISED)} (numpyro.distributions.constraints)"
     )
+
+
+def _scalar(candidate: Any) -> bool:
+    """A constraint on one number at a time (not a simplex, not the placeholder ``dependent``)."""
+    try:
+        return isinstance(candidate, Constraint) and candidate.event_dim == 0
+    except NotImplementedError:  # dependent: its event_dim is not known statically
+        return False
 
 
 def free_shapes(
@@ -371,7 +376,7 @@ def free_shapes(
             continue
         if name not in data:
             raise ReconError(
-                f"--data has no column {name!r} for the free column {name!r}; its columns: "
+                f"the data have no column {name!r} for the free column {name!r}; their columns: "
                 f"{', '.join(sorted(data))}"
             )
         found = np.shape(data[name])[1:]
