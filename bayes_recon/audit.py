@@ -40,7 +40,7 @@ from bayes_recon.kernel import model_features
 from bayes_recon.mitigation import Perturbation, remaining_leakage
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack
-from bayes_recon.pipeline import PosteriorAttack, attack_posterior
+from bayes_recon.pipeline import PosteriorAttack, Source, attack_posterior, load_problem
 from bayes_recon.precision import float64
 from bayes_recon.reconstruct import ReconConfig
 from recon_core.errors import ReconError
@@ -142,25 +142,31 @@ class Audit:
 
 @float64
 def audit_posterior(
-    name: str,
+    source: Source,
     database: str | Path | None = None,
     config: AuditConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Audit:
-    """Audit posterior ``name`` of the database (see :func:`bayes_recon.pipeline.attack_posterior`)."""
+    """Audit posterior ``source`` of the database, or a problem read already (see
+    :func:`bayes_recon.pipeline.attack_posterior`)."""
     config = config or AuditConfig()
     started = time.perf_counter()
-    check = check_posterior(name, database, config.identifiability)
+    problem = load_problem(source, database)
+    name = problem.name
+    if problem.truth is None:
+        where = "" if problem.database is None else f" in {problem.database}"
+        raise ReconError(
+            f"{name} has no data{where}: the audit compares with the true data (command line: --data)"
+        )
+    check = check_posterior(problem, database, config.identifiability)
     if not check.identifiability.polynomial:
         raise ReconError(
             f"{name}: the model's features are not polynomials of degree ≤ {check.identifiability.degree}, "
             "so there are no named statistics to score the attack by; raise --max-degree"
         )
 
-    full = attack_posterior(name, database, config.n_points, config.seed, config.recon, progress)
-    truth = full.truth
-    if truth is None:
-        raise ReconError(f"{name} ships no data in {full.database}: the audit compares with the true data")
+    full = attack_posterior(problem, database, config.n_points, config.seed, config.recon, progress)
+    truth = problem.truth
     statistics = check.identifiability.statistics
     spec = full.entry.linear
     total = int(full.reconstruction.setup.draws.shape[0])
@@ -170,7 +176,9 @@ def audit_posterior(
     )
     if spec is None:  # no closed form: attack every smaller release too
         recon = [dataclasses.replace(config.recon, max_draws=n) for n in counts]
-        smaller = [attack_posterior(name, database, config.n_points, config.seed, r, progress) for r in recon]
+        smaller = [
+            attack_posterior(problem, database, config.n_points, config.seed, r, progress) for r in recon
+        ]
         curve = [
             DrawsPoint(
                 n, "attack", float(a.relative_mmd() or 0.0), _rows(statistics, truth, a.measure, config)

@@ -1,9 +1,13 @@
 """``bayes-recon``: reconstruct a posterior's training data from its published draws.
 
 Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
-:mod:`bayes_recon.command`). Exit status: 0 done; 2 bad input (a one-line message); 3
+:mod:`recon_core.command`). Exit status: 0 done; 2 bad input (a one-line message); 3
 ``reconstruct`` ran but its self-check says the recovered data do not reproduce the release, so
 its numbers are not to be trusted (see :mod:`bayes_recon.selfcheck`).
+
+JAX keeps compiled attacks in $XDG_CACHE_HOME/recon-audit/jax (~/.cache/recon-audit/jax), so a
+second run of the same shapes skips most compiling; ``--no-compile-cache`` or
+RECON_AUDIT_NO_CACHE=1 turns that off.
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import re
 import sys
 import textwrap
+import threading
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,8 +30,12 @@ from recon_core import command
 from recon_core.command import Subparsers
 from recon_core.errors import ReconError
 
+if typing.TYPE_CHECKING:
+    from bayes_recon.pipeline import PosteriorProblem
+
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
 EXIT_SELF_CHECK_FAILED = 3
+NO_CACHE_ENV = "RECON_AUDIT_NO_CACHE"
 
 # ReconConfig fields the CLI exposes, when the config has them: option help. The defaults and
 # the choices come from ReconConfig itself.
@@ -94,16 +105,102 @@ def _config(args: argparse.Namespace):
     return dataclasses.replace(ReconConfig(), **chosen)
 
 
-def _attack_arguments(p: argparse.ArgumentParser) -> None:
-    """The posterior, its database, the number of pseudo-points and the seed: each attack command takes."""
+def _source_arguments(p: argparse.ArgumentParser) -> None:
+    """The posterior: a registered posteriordb name, or the user's model file, draws and data."""
     p.add_argument(
-        "--posterior", default=DEFAULT_POSTERIOR, help=f"posteriordb name (default {DEFAULT_POSTERIOR})"
+        "--posterior", help=f"registered posteriordb name (default {DEFAULT_POSTERIOR}; not with --model)"
     )
     _posteriordb_argument(p)
+    user = p.add_argument_group(
+        "your own model (instead of --posterior)",
+        "--model runs your Python file (it is imported, as `python FILE.py` would run it): only pass "
+        "files you trust.",
+    )
+    user.add_argument(
+        "--model",
+        metavar="FILE.py:NAME",
+        help="the NumPyro model function NAME defined in FILE.py (runs FILE.py: your own code)",
+    )
+    user.add_argument(
+        "--draws",
+        nargs="+",
+        metavar="FILE",
+        help="its posterior draws: ArviZ .nc or .zarr, CmdStan .csv file(s) (one per chain), .npz "
+        "{site or Stan name: (S, ...)}, posteriordb .json, or a posteriordb posterior name",
+    )
+    user.add_argument(
+        "--data",
+        metavar="FILE",
+        help="the data set (.csv, posteriordb-style .json {column: list}, .npz): the truth to compare "
+        "with, the shapes of the --free columns and the --fixed columns",
+    )
+    user.add_argument(
+        "--free",
+        metavar="COLUMNS",
+        help="the model's data arguments to reconstruct, e.g. x,y or X:3,y (a shape per data point, "
+        "read from --data when given)",
+    )
+    user.add_argument(
+        "--fixed",
+        action="append",
+        default=[],
+        metavar="COLUMN",
+        help="a model argument the adversary knows, taken from --data (repeat or comma-separate)",
+    )
+    user.add_argument(
+        "--support",
+        action="append",
+        default=[],
+        metavar="COLUMN=CONSTRAINT",
+        help="a free column's support, a numpyro.distributions.constraints name: positive, "
+        "nonnegative_integer, unit_interval, boolean, interval(0,200), ... (default: a response's "
+        "from its distribution, else real)",
+    )
+
+
+def _problem(args: argparse.Namespace) -> PosteriorProblem:
+    """The posterior the arguments name, read and checked: a registered one, or the user's files."""
+    from bayes_recon.pipeline import load_problem
+    from bayes_recon.userfiles import user_problem
+
+    user = {"--draws": args.draws, "--data": args.data, "--free": args.free, "--fixed": args.fixed,
+            "--support": args.support}  # fmt: skip
+    if args.model is None:
+        if args.command == "audit" and args.draws and all(re.fullmatch(r"[0-9,]+", d) for d in args.draws):
+            raise ReconError(
+                f"--draws {' '.join(args.draws)}: --draws names the draws of your own model now; the "
+                "draw counts of the leakage curve are --draw-counts N1,N2"
+            )
+        given = [option for option, value in user.items() if value]
+        if given:
+            raise ReconError(
+                f"{', '.join(given)} describe your own model: add --model FILE.py:NAME (a registered "
+                "--posterior brings its own model, draws and data)"
+            )
+        return load_problem(args.posterior or DEFAULT_POSTERIOR, args.posteriordb)
+    if args.posterior is not None:
+        raise ReconError(
+            "--posterior picks a registered model; with --model give the draws with --draws "
+            "(files, or a posteriordb posterior name)"
+        )
+    if not args.draws or not args.free:
+        missing = " and ".join(o for o in ("--draws", "--free") if not user[o])
+        raise ReconError(
+            f"--model needs {missing}, e.g. --model my_model.py:model --draws fit.nc --free x,y "
+            "--data data.csv"
+        )
+    return user_problem(
+        args.model, args.draws, args.free, args.data, args.fixed, args.support, args.posteriordb
+    )
+
+
+def _attack_arguments(p: argparse.ArgumentParser) -> None:
+    """The posterior, its database, the number of pseudo-points and the seed: each attack command takes."""
+    _source_arguments(p)
     p.add_argument(
         "--points", type=int, default=50, metavar="M", help="weighted pseudo-data points (default 50)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed, 0 to 2**62 (default 0)")
 
 
 def register_reconstruct(subparsers: Subparsers) -> None:
@@ -118,56 +215,118 @@ def register_reconstruct(subparsers: Subparsers) -> None:
     p.set_defaults(run=_reconstruct)
 
 
+class _Progress:
+    """The attack's ``progress(done, total)``, drawn on stderr: until a step is done the display says
+    "compiling" with the time elapsed (JAX traces and compiles the whole attack first), then a bar
+    of steps; between attacks (an audit runs several) it says so again."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc, self.bar, self.lock, self.stop = desc, None, threading.Lock(), threading.Event()
+        self.waiting: Any = None
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
+
+    def start(self) -> None:
+        self._wait("compiling")
+        self.ticker.start()
+
+    def _wait(self, doing: str) -> None:
+        from tqdm.auto import tqdm
+
+        self.waiting = tqdm(desc=f"{self.desc}: {doing}", bar_format="{desc} {elapsed}", file=sys.stderr,
+                            leave=False, delay=0.5)  # fmt: skip
+
+    def _tick(self) -> None:
+        while not self.stop.wait(0.5):
+            with self.lock:
+                if self.waiting is not None:
+                    self.waiting.refresh()
+
+    def __call__(self, done: int, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        with self.lock:
+            if self.waiting is not None:
+                self.waiting.close()
+                self.waiting = None
+            if self.bar is None:
+                self.bar = tqdm(total=total, desc=self.desc, unit="step", file=sys.stderr, leave=False,
+                                dynamic_ncols=True)  # fmt: skip
+            self.bar.total = total
+            self.bar.n = done
+            self.bar.refresh()
+            if done >= total:  # this attack is done; checks, or the next attack's compiling, follow
+                self.bar.close()
+                self.bar = None
+                self._wait("checking and compiling")
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.lock:
+            for bar in (self.bar, self.waiting):
+                if bar is not None:
+                    bar.close()
+            self.bar = self.waiting = None
+
+
 @contextmanager
-def _progress_bar(enabled: bool, desc: str) -> Iterator[Callable[[int, int], None]]:
-    """A ``progress(done, total)`` callback drawing a tqdm bar on stderr from its first call.
+def _progress_bar(enabled: bool, desc: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A ``progress(done, total)`` callback drawing on stderr (None when not ``enabled``).
 
-    The bar appears only once the attack reports progress, so input refused before then leaves
-    nothing on stderr but the error message.
+    Nothing appears for the first half second, so input refused at once leaves nothing on stderr
+    but the error message.
     """
-    from tqdm.auto import tqdm
-
-    bars: list[Any] = []
-
-    def update(done: int, total: int) -> None:
-        if not enabled:
-            return
-        if not bars:
-            bars.append(
-                tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
-            )
-        bar = bars[0]
-        if bar.total != total:
-            bar.total = total
-        bar.n = done
-        bar.refresh()
-
+    if not enabled:
+        yield None
+        return
+    progress = _Progress(desc)
+    progress.start()
     try:
-        yield update
+        yield progress
     finally:
-        for bar in bars:
-            bar.close()
+        progress.close()
 
 
-def _writable(path: str | None, option: str) -> None:
-    if path is not None and Path(path).is_dir():
-        raise ReconError(f"{option} {path} is a folder; give a file name (or prefix) inside it")
+def _writable(path: str | None, option: str, suffixes: Sequence[str] = ("",)) -> None:
+    """Refuse, before any work, an output path that cannot be written: its folder missing or not
+    writable, or the path (with each of ``suffixes``) a folder."""
+    if path is None:
+        return
+    target = Path(path).expanduser()
+    folder = target.parent
+    if folder.exists() and not folder.is_dir():
+        raise ReconError(f"{option} {path}: {folder} is a file, not a folder; choose another path")
+    if not folder.is_dir():
+        raise ReconError(
+            f"{option} {path}: the folder {folder} does not exist; create it first (mkdir -p {folder}) "
+            "or choose another path"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ReconError(
+            f"{option} {path}: cannot write in {folder} (permission denied); choose another folder"
+        )
+    for suffix in suffixes:
+        out = target.with_suffix(suffix) if suffix else target
+        if out.is_dir():
+            raise ReconError(
+                f"{option} {path}: {out} is a folder; give a file name inside it, e.g. {out / 'out'}"
+            )
+        if out.exists() and not os.access(out, os.W_OK):
+            raise ReconError(
+                f"{option} {path}: cannot overwrite {out} (permission denied); choose another path"
+            )
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
-    from bayes_recon.pipeline import attack_posterior
+    from bayes_recon.pipeline import _check_arguments, attack_posterior, check_memory
 
     _writable(args.json, "--json")
-    _writable(args.save, "--save")
-    config = _config(args)
-    with _progress_bar(not args.quiet, args.posterior) as progress:
+    _writable(args.save, "--save", (".npz", ".json"))
+    config = _check_arguments(args.points, args.seed, _config(args))
+    problem = _problem(args)
+    check_memory(problem, args.points, config)
+    with _progress_bar(not args.quiet, problem.name) as progress:
         attack = attack_posterior(
-            args.posterior,
-            args.posteriordb,
-            n_points=args.points,
-            seed=args.seed,
-            config=config,
-            progress=progress,
+            problem, n_points=args.points, seed=args.seed, config=config, progress=progress
         )
     recon = attack.reconstruction
     truth = "no data in the database" if attack.truth is None else f"true N = {attack.truth.total_mass():g}"
@@ -183,10 +342,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
         )
     _say(f"self-check: {recon.self_check.summary()}")
     if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(attack.to_json(), indent=2))
-        _say(f"wrote {out}")
+        _write_json(args.json, attack.to_json())
     if args.save:
         _say(f"saved {recon.measure.save(args.save)}")
     return 0 if recon.self_check.reproduces else EXIT_SELF_CHECK_FAILED
@@ -270,10 +426,7 @@ def register_check(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "check", help="the data statistics a posterior's draws pin down, from the model alone (no data)"
     )
-    p.add_argument(
-        "--posterior", default=DEFAULT_POSTERIOR, help=f"posteriordb name (default {DEFAULT_POSTERIOR})"
-    )
-    _posteriordb_argument(p)
+    _source_arguments(p)
     p.add_argument(
         "--max-degree", type=int, default=4, metavar="D", help="monomials up to degree D (default 4)"
     )
@@ -285,9 +438,8 @@ def _check(args: argparse.Namespace) -> int:
     from bayes_recon.identifiability import IdentifiabilityConfig, check_posterior
 
     _writable(args.json, "--json")
-    check = check_posterior(
-        args.posterior, args.posteriordb, IdentifiabilityConfig(max_degree=args.max_degree)
-    )
+    config = IdentifiabilityConfig(max_degree=args.max_degree)
+    check = check_posterior(_problem(args), config=config)
     _say(describe_identifiability(check))
     if args.json:
         _write_json(args.json, check.to_json())
@@ -327,8 +479,7 @@ def describe_identifiability(check: Any) -> str:
 
 
 def _write_json(path: str, content: dict[str, Any]) -> None:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(path).expanduser()
     out.write_text(json.dumps(content, indent=2, ensure_ascii=False))
     _say(f"wrote {out}")
 
@@ -350,7 +501,7 @@ def register_audit(subparsers: Subparsers) -> None:
     )
     _attack_arguments(p)
     p.add_argument(
-        "--draws",
+        "--draw-counts",
         type=_numbers(int),
         default=(100, 1000),
         metavar="N1,N2",
@@ -375,7 +526,7 @@ def register_audit(subparsers: Subparsers) -> None:
 
 def _audit(args: argparse.Namespace) -> int:
     from bayes_recon.audit import AuditConfig, audit_posterior
-    from bayes_recon.pipeline import _check_arguments
+    from bayes_recon.pipeline import _check_arguments, check_memory
     from bayes_recon.report import write_report
 
     _writable(args.json, "--json")
@@ -384,14 +535,16 @@ def _audit(args: argparse.Namespace) -> int:
     config = AuditConfig(
         n_points=args.points,
         seed=args.seed,
-        draw_counts=args.draws,
+        draw_counts=args.draw_counts,
         epsilons=args.epsilon,
         mechanism=args.mechanism,
         delta=args.delta,
         recon=recon,
     )
-    with _progress_bar(not args.quiet, args.posterior) as progress:
-        audit = audit_posterior(args.posterior, args.posteriordb, config, progress)
+    problem = _problem(args)
+    check_memory(problem, args.points, recon)
+    with _progress_bar(not args.quiet, problem.name) as progress:
+        audit = audit_posterior(problem, config=config, progress=progress)
     _say(describe_identifiability(audit.check))
     _say(
         f"\nThe attack ({config.n_points} points, {audit.curve[-1].draws} draws); verdict: recovered below "
@@ -439,17 +592,48 @@ SUBCOMMANDS: list[command.Register] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return command.build_parser(
-        "bayes-recon",
-        __doc__.splitlines()[0],
-        SUBCOMMANDS,
-        lambda parser: parser.add_argument("--quiet", action="store_true", help="no progress bar"),
+def _global_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help=f"do not keep compiled attacks in {_cache_folder()} (also: {NO_CACHE_ENV}=1)",
     )
 
 
+def _cache_folder() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recon-audit" / "jax"
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    """JAX's persistent compilation cache, for this run of the command (never on library import)."""
+    if args.no_compile_cache or os.environ.get(NO_CACHE_ENV, "") not in ("", "0"):
+        return
+    import jax
+
+    folder = _cache_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if not args.quiet:
+            print(f"bayes-recon: note: no compilation cache ({err}); compiling from scratch", file=sys.stderr)
+        return
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command.build_parser("bayes-recon", __doc__.splitlines()[0], SUBCOMMANDS, _global_options)
+    parser.epilog = (
+        "exit status: 0 done; 2 bad input (one line: error: what is wrong and the fix); 3 reconstruct "
+        "ran, but its self-check says the recovered data do not reproduce the release. Compiled "
+        f"attacks are cached in {_cache_folder()} (--no-compile-cache or {NO_CACHE_ENV}=1: off)."
+    )
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return command.run(build_parser(), argv, (ReconError,))
+    return command.run(build_parser(), argv, (ReconError,), _prepare)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Posterior draws in, as {site: (S, ...) array}: a dict, a NumPyro MCMC, ArviZ, or Stan names.
 
-Stan names (``beta[1]``, ``sigma``, ``Omega[2,3]``) are 1-based and flattened; they are mapped
-to NumPyro sites by name and index. Chains are concatenated.
+Stan names (``beta[1]``, ``sigma``, ``Omega[2,3]``, or CmdStan's CSV spelling ``beta.1``,
+``Omega.2.3``) are 1-based and flattened; they are mapped to NumPyro sites by name and index.
+Chains are concatenated.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from recon_core.errors import ReconError
 
-_STAN_NAME = re.compile(r"^(?P<site>[^\[\]]+)(\[(?P<index>[0-9, ]+)\])?$")
+_STAN_NAME = re.compile(r"^(?P<site>[^\[\]]+?)(\[(?P<index>[0-9, ]+)\]|\.(?P<dotted>[0-9]+(\.[0-9]+)*))?$")
 
 
 def as_draws(source: Any) -> dict[str, np.ndarray]:
@@ -27,16 +28,20 @@ def as_draws(source: Any) -> dict[str, np.ndarray]:
         for name, var in posterior.data_vars.items():
             values = np.asarray(var.values)  # (chain, draw, ...)
             out[str(name)] = values.reshape((-1, *values.shape[2:]))
-        return out
+        return group_stan_names(out)
     if isinstance(source, Mapping):
-        draws = {str(k): np.asarray(v) for k, v in source.items()}
-        if any(_STAN_NAME.match(k) and "[" in k for k in draws):
-            draws = from_stan_names(draws)
-        return draws
+        return group_stan_names({str(k): np.asarray(v) for k, v in source.items()})
     raise ReconError(
         f"cannot read posterior draws from a {type(source).__name__}; pass a dict of arrays "
         "(MCMC.get_samples()), a NumPyro MCMC, or an ArviZ InferenceData/DataTree"
     )
+
+
+def group_stan_names(arrays: dict[str, np.ndarray], what: str = "draws") -> dict[str, np.ndarray]:
+    """Stan-named arrays (``beta[1]``, ``beta.1``) grouped into sites, if any name has an index."""
+    if any((m := _STAN_NAME.match(k)) and (m["index"] or m["dotted"]) for k in arrays):
+        return from_stan_names(arrays, what)
+    return arrays
 
 
 def _arviz_posterior(source: Any) -> Any:
@@ -52,14 +57,20 @@ def _arviz_posterior(source: Any) -> Any:
     return group.to_dataset() if hasattr(group, "to_dataset") else group
 
 
-def from_stan_names(draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """{"beta[1]": (S,), "beta[2]": (S,), "sigma": (S,)} → {"beta": (S, 2), "sigma": (S,)}."""
+def from_stan_names(draws: Mapping[str, np.ndarray], what: str = "draws") -> dict[str, np.ndarray]:
+    """{"beta[1]": (S,), "beta[2]": (S,), "sigma": (S,)} → {"beta": (S, 2), "sigma": (S,)}; also
+    ``beta.1``, ``beta.2`` (CmdStan CSV headers)."""
     grouped: dict[str, dict[tuple[int, ...], np.ndarray]] = {}
     for name, values in draws.items():
         match = _STAN_NAME.match(name)
         if match is None:
-            raise ReconError(f"cannot read the parameter name {name!r}; expected e.g. 'beta[1]' or 'sigma'")
-        index = tuple(int(i) - 1 for i in match["index"].split(",")) if match["index"] else ()
+            raise ReconError(
+                f"cannot read the parameter name {name!r} of the {what}; expected e.g. 'beta[1]' or 'sigma'"
+            )
+        written = match["index"] or match["dotted"]
+        index = tuple(int(i) - 1 for i in re.split(r"[,.]", written)) if written else ()
+        if any(i < 0 for i in index):
+            raise ReconError(f"the name {name!r} of the {what} has index 0; Stan names count from 1")
         grouped.setdefault(match["site"], {})[index] = np.asarray(values, dtype=float)
     out = {}
     for site, parts in grouped.items():
@@ -71,7 +82,7 @@ def from_stan_names(draws: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if missing:
             names = ", ".join(f"{site}[{','.join(str(i + 1) for i in index)}]" for index in missing[:5])
             more = " ..." if len(missing) > 5 else ""
-            raise ReconError(f"the draws of {site!r} miss some indices of its shape {shape}: {names}{more}")
+            raise ReconError(f"the {what} of {site!r} miss some indices of its shape {shape}: {names}{more}")
         n = len(next(iter(parts.values())))
         array = np.empty((n, *shape))
         for index, values in parts.items():
@@ -90,9 +101,11 @@ def check_draws(
             f"the draws lack the model's latent site(s) {missing}; they have {sorted(draws)}. "
             "Are these draws from this model? (Stan names like 'beta[1]' are mapped to the site 'beta'.)"
         )
-    n_draws = {len(np.asarray(draws[k])) for k in expected}
+    n_draws = {len(np.atleast_1d(draws[k])) for k in expected}
     if len(n_draws) != 1:
         raise ReconError(f"the sites have different numbers of draws: {n_draws}; flatten chains the same way")
+    if n_draws == {0}:
+        raise ReconError("the draws are empty (0 draws); the attack needs posterior draws (hundreds or more)")
     out = {}
     for site, shape in expected.items():
         values = np.asarray(draws[site], dtype=float)
@@ -104,9 +117,12 @@ def check_draws(
         bad = ~np.isfinite(values)
         if bad.any():
             rows = np.unique(np.nonzero(bad.reshape(len(values), -1))[0])
+            first = np.argwhere(bad)[0]
+            where = f"{site}[{','.join(str(i + 1) for i in first[1:])}]" if len(first) > 1 else site
             raise ReconError(
-                f"site {site!r} has {len(rows)} draw(s) with NaN or inf (first at draw {rows[0]}); "
-                "drop those draws (or check the sampler's diagnostics) and try again"
+                f"site {site!r} has {len(rows)} draw(s) with NaN or inf (first at draw {rows[0]}: "
+                f"{where} = {values[tuple(first)]}); drop those draws (or check the sampler's "
+                "diagnostics) and try again"
             )
         constant = np.ptp(values.reshape(len(values), -1), axis=0) == 0
         if constant.any() and len(values) > 1:

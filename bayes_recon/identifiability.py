@@ -312,14 +312,14 @@ class PosteriorCheck:
 
 @float64
 def check_posterior(
-    name: str, database: str | Path | None = None, config: IdentifiabilityConfig | None = None
+    name: Any, database: str | Path | None = None, config: IdentifiabilityConfig | None = None
 ) -> PosteriorCheck:
-    """:func:`identifiable_statistics` for a registered posteriordb posterior, checked against its
-    closed form on probe points."""
+    """:func:`identifiable_statistics` for a registered posteriordb posterior (or a
+    :class:`~bayes_recon.pipeline.PosteriorProblem`), checked against its closed form on probe points."""
     from bayes_recon.pipeline import load_problem
 
     problem = load_problem(name, database)
-    entry, config = problem.entry, config or IdentifiabilityConfig()
+    name, entry, config = problem.name, problem.entry, config or IdentifiabilityConfig()
     setup = feature_setup(
         entry.model, problem.draws, problem.free, problem.fixed, entry.support, config.max_draws
     )

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
+from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 from numpyro.infer.initialization import init_to_uniform
 
@@ -159,4 +160,50 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
             "changes the rows' log-likelihoods. A parameter per row (indexed by the row's position, as "
             "eight_schools' theta[j]) or a term that couples rows makes the posterior of the shared "
             "parameters no function of a data measure, so this attack does not apply."
+        )
+
+
+def check_data_support(
+    model: Callable,
+    columns: Mapping[str, np.ndarray],
+    fixed: Mapping[str, Any],
+    given: Mapping[str, Constraint],
+) -> None:
+    """Refuse a data set (the truth an audit scores against) with values off the supports: a column's
+    ``given`` support, or the support of the distribution of an observed site (y = 2.5 under a Poisson)."""
+    for name, support in given.items():
+        where = f"the support given for it, {_named(support)},"
+        _inside(support, columns[name], f"the data column {name!r}", where)
+    try:
+        trace = handlers.trace(
+            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+        ).get_trace(**fixed, **{k: jnp.asarray(v) for k, v in columns.items()})
+    except Exception as err:  # the user's model on the user's data
+        raise ReconError(
+            f"the model failed on the data ({type(err).__name__}: {err}); check that the data holds the "
+            "columns the model takes, each with one row per data point"
+        ) from err
+    for name, site in trace.items():
+        if site["type"] == "sample" and site["is_observed"]:
+            support = site["fn"].support
+            where = f"the support of its distribution, {_named(support)},"
+            _inside(support, site["value"], f"the data of the observed site {name!r}", where)
+
+
+def _named(support: Constraint) -> str:
+    """``positive``, ``nonnegative_integer``: a constraint as --support names it, where it has a name."""
+    names = [k for k, v in vars(constraints).items() if repr(v) == repr(support) and not k.startswith("_")]
+    return names[0] if names else str(support)
+
+
+def _inside(support: Constraint, values: Any, what: str, where: str) -> None:
+    values = np.asarray(values)
+    shape = values.shape[: values.ndim - support.event_dim]
+    inside = np.broadcast_to(np.asarray(support.check(jnp.asarray(values))), shape)
+    if not inside.all():
+        first = tuple(int(i) for i in np.argwhere(~inside)[0])
+        row = f"(first in row {first[0]}: {values[first].tolist()})" if first else "(a single value)"
+        raise ReconError(
+            f"{what} has {int((~inside).sum())} value(s) outside {where} {row}; check the data "
+            "file (the right column? a count written as a fraction?) or the model"
         )

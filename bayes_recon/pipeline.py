@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from bayes_recon.kernel import model_features
@@ -26,6 +28,7 @@ from recon_core.jsonio import jsonable
 from recon_core.measure import WeightedMeasure
 
 Progress = Callable[[int, int], None]
+MAX_SEED = 2**62  # the attack derives seeds seed + 1, seed + 2, ...; JAX keys take 64-bit integers
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,11 @@ class PosteriorAttack:
 
 @dataclass(frozen=True)
 class PosteriorProblem:
-    """A registered posterior as the attack sees it: its model entry, draws, free shapes and known columns.
+    """A posterior as the attack sees it: its model entry, draws, free shapes and known columns.
 
-    ``truth`` is the data set as a unit-weight measure, None when the database ships no data.
+    A registered posteriordb posterior (:func:`load_problem`) or a user's model and files
+    (:func:`bayes_recon.userfiles.user_problem`). ``truth`` is the data set as a unit-weight
+    measure, None without data; ``database`` the posteriordb folder read, if any.
     """
 
     name: str
@@ -113,11 +118,17 @@ class PosteriorProblem:
     free: Any  # {name: trailing shape} with data, the free names without
     fixed: dict[str, np.ndarray]
     truth: WeightedMeasure | None
-    database: Path
+    database: Path | None
 
 
-def load_problem(name: str, database: str | Path | None = None) -> PosteriorProblem:
-    """Read posterior ``name`` and its data from ``database`` (see :func:`attack_posterior`)."""
+Source = str | PosteriorProblem  # a registered posterior's name, or a problem already read
+
+
+def load_problem(name: Source, database: str | Path | None = None) -> PosteriorProblem:
+    """Read posterior ``name`` and its data from ``database`` (see :func:`attack_posterior`); a
+    :class:`PosteriorProblem` is returned as it is."""
+    if isinstance(name, PosteriorProblem):
+        return name
     root = database_path(database)  # a bad --posteriordb is reported before anything else
     entry = lookup(name)  # unknown or out-of-scope names: a message with close names or the reason
     posterior = load_posterior(name, root)
@@ -138,7 +149,7 @@ def load_problem(name: str, database: str | Path | None = None) -> PosteriorProb
 
 @float64
 def attack_posterior(
-    name: str,
+    name: Source,
     database: str | Path | None = None,
     n_points: int = 50,
     seed: int = 0,
@@ -148,11 +159,13 @@ def attack_posterior(
     """Reconstruct ``n_points`` weighted pseudo-data points from the reference draws of posterior ``name``.
 
     ``database``: a posteriordb ``posterior_database`` folder (or the clone holding it); None reads
-    $POSTERIOR_DB_PATH or the embedded kidiq subset. ``progress(done, total)`` is passed on to
+    $POSTERIOR_DB_PATH or the embedded kidiq subset; ``name`` may also be a
+    :class:`PosteriorProblem` read already. ``progress(done, total)`` is passed on to
     :func:`bayes_recon.reconstruct`.
     """
     config = _check_arguments(n_points, seed, config)
     problem = load_problem(name, database)
+    check_memory(problem, n_points, config)
     reconstruction = reconstruct(
         problem.entry.model,
         problem.draws,
@@ -164,7 +177,33 @@ def attack_posterior(
         config=config,
         progress=progress,
     )
-    return PosteriorAttack(name, problem.entry, reconstruction, problem.truth, seed, problem.database)
+    return PosteriorAttack(problem.name, problem.entry, reconstruction, problem.truth, seed, problem.database)
+
+
+def check_memory(problem: PosteriorProblem, n_points: int, config: ReconConfig) -> None:
+    """Refuse, before anything is allocated, an attack whose per-point, per-draw scores alone (8 bytes ×
+    points × draws × parameters × restarts at once; the run needs several times that) exceed memory."""
+    lengths = [len(np.atleast_1d(v)) for v in problem.draws.values()]
+    if not lengths:
+        return  # no draws: check_draws says so
+    draws = min(max(lengths), config.max_draws or max(lengths), config.batch_size or max(lengths))
+    parameters = sum(int(np.prod(np.shape(v)[1:], dtype=int)) for v in problem.draws.values())
+    need = 8 * n_points * draws * parameters * config.resolved_restarts_at_once()
+    have = _memory_bytes()
+    if need > have:
+        raise ReconError(
+            f"--points {n_points} with {draws} draws of {parameters} parameters needs at least "
+            f"{need / 2**30:,.0f} GiB, more than the {have / 2**30:,.0f} GiB of memory here; use fewer "
+            "points (50 is a good start), fewer draws (--max-draws) or minibatches (--batch-size)"
+        )
+
+
+def _memory_bytes() -> int:
+    """The accelerator's memory, or the machine's on a CPU."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _check_arguments(n_points: Any, seed: Any, config: ReconConfig | None) -> ReconConfig:
@@ -173,8 +212,8 @@ def _check_arguments(n_points: Any, seed: Any, config: ReconConfig | None) -> Re
             f"the number of pseudo-data points must be a whole number of at least 1, got {n_points!r}; "
             "50 is a good start (the true N also works)"
         )
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ReconError(f"the seed must be a non-negative whole number, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ReconError(f"the seed must be a whole number from 0 to 2**62 = {MAX_SEED}, got {seed!r}")
     if config is None:
         return ReconConfig()
     if not isinstance(config, ReconConfig):

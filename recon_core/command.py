@@ -20,12 +20,21 @@ def build_parser(
     subcommands: Sequence[Register],
     options: Callable[[argparse.ArgumentParser], None] = lambda parser: None,
 ) -> argparse.ArgumentParser:
-    """``prog`` with its global ``options`` and one subparser per register function."""
+    """``prog`` with its global ``options`` and one subparser per register function.
+
+    The global options are taken after the subcommand too (``prog run --quiet``); there they have
+    no default, so that one given before the subcommand is not reset.
+    """
     parser = argparse.ArgumentParser(prog=prog, description=description)
     options(parser)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for register in subcommands:
         register(subparsers)
+    for subparser in subparsers.choices.values():
+        group = subparser.add_argument_group("global options (also before the subcommand)")
+        options(group)  # type: ignore[arg-type]  # an argument group takes add_argument as a parser does
+        for action in group._group_actions:
+            action.default = argparse.SUPPRESS
     return parser
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from bayes_recon import enable_float64
@@ -18,6 +20,13 @@ enable_float64()
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DB = REPO.parent / "shared" / "posteriordb" / "posterior_database"
+TRUE_N = 434  # kidiq has 434 children: the stand-in attack's total mass
+
+
+@pytest.fixture(autouse=True)
+def no_compile_cache(monkeypatch):
+    """The CLI's persistent compilation cache stays out of the user's cache folder during tests."""
+    monkeypatch.setenv("RECON_AUDIT_NO_CACHE", "1")
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +47,46 @@ def load_shared(shared_db):
         return load_posterior(name, shared_db)
 
     return load
+
+
+def _stand_in_self_check(reproduces: bool) -> SimpleNamespace:
+    verdict = "reproduces the release" if reproduces else "does NOT reproduce the release: sigma's sd x1.4"
+    return SimpleNamespace(
+        reproduces=reproduces, summary=lambda: verdict, to_json=lambda: {"reproduces": reproduces}
+    )
+
+
+@pytest.fixture
+def stand_in_self_check():
+    """``stand_in_self_check(reproduces)``: a self-check result saying so, in words and JSON."""
+    return _stand_in_self_check
+
+
+@pytest.fixture
+def fake_reconstruct(monkeypatch):
+    """Replace the attack by a stand-in that returns a fixed 5-point measure and reports 3 steps;
+    the list of its calls is returned."""
+    from bayes_recon import pipeline
+    from bayes_recon.measure import WeightedMeasure
+
+    calls = []
+
+    def reconstruct(
+        model, draws, free, fixed=None, support=None, n_points=50, seed=0, config=None, progress=None
+    ):
+        calls.append(SimpleNamespace(model=model, draws=draws, free=free, fixed=fixed, support=support,
+                                     n_points=n_points, seed=seed, config=config))  # fmt: skip
+        for done in range(4):
+            if progress:
+                progress(done, 3)
+        rng = np.random.default_rng(seed)
+        points = {name: rng.normal(90.0, 15.0, size=(n_points, *shape)) for name, shape in free.items()}
+        measure = WeightedMeasure(points, np.full(n_points, TRUE_N / n_points))
+        return SimpleNamespace(
+            measure=measure, objective=-1.5, seconds=0.25, config=config, history={},
+            self_check=_stand_in_self_check(calls[-1].seed != 13), restart_spread=lambda: {"total_mass": 0.0},
+        )  # fmt: skip
+
+    monkeypatch.setattr(pipeline, "reconstruct", reconstruct)
+    monkeypatch.setattr(pipeline.PosteriorAttack, "relative_mmd", lambda self, max_draws=1000: 0.01)
+    return calls

@@ -116,7 +116,7 @@ def test_audit_command_writes_report_and_json(tmp_path, capsys, monkeypatch, aud
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["audit", "--draws", "0"], "draw counts must be at least 1"),
+        (["audit", "--draw-counts", "0"], "draw counts must be at least 1"),
         (["audit", "--epsilon", "-1"], "epsilon must be a positive number"),
         (["audit", "--points", "0"], "at least 1"),
         (["audit", "--posterior", "nope"], "no registered model"),

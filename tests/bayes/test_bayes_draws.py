@@ -11,7 +11,7 @@ import numpyro.distributions as dist
 import pytest
 
 from bayes_recon.draws import as_draws, check_draws, from_stan_names
-from bayes_recon.errors import ReconError
+from recon_core.errors import ReconError
 
 RNG = np.random.default_rng(5)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bayes_recon.errors import ReconError
 from bayes_recon.posteriordb import EMBEDDED, ENV_VAR, database_path, load_posterior
+from recon_core.errors import ReconError
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ import pytest
 from numpyro import handlers
 
 from bayes_recon.draws import check_draws, from_stan_names
-from bayes_recon.errors import ReconError
 from bayes_recon.models import REGISTRY, lookup
 from bayes_recon.models import regression as m
 from bayes_recon.weighting import WeightedModel
+from recon_core.errors import ReconError
 
 BATCHES = 20
 BOUND = 5.0  # Monte-Carlo standard errors

@@ -14,7 +14,6 @@ import pytest
 from numpyro.distributions import constraints
 
 from bayes_recon.cli import main
-from bayes_recon.errors import ReconError
 from bayes_recon.identifiability import (
     IdentifiabilityConfig,
     Statistic,
@@ -25,6 +24,7 @@ from bayes_recon.identifiability import (
 )
 from bayes_recon.kernel import model_features
 from bayes_recon.measure import WeightedMeasure
+from recon_core.errors import ReconError
 
 
 def quadratic_regression(x, y=None):
