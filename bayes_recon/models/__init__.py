@@ -85,8 +85,90 @@ def _blr_design(c: Columns) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(c["X"], float), np.asarray(c["y"], float)
 
 
+def _intercept(*columns: np.ndarray) -> np.ndarray:
+    return np.stack([np.ones(len(columns[0]))] + [np.asarray(c, float) for c in columns], -1)
+
+
+def _logearn_height(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    return _intercept(c["height"]), np.log(c["earn"])
+
+
+def _logearn_interaction(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    height, male = np.asarray(c["height"], float), np.asarray(c["male"], float)
+    return _intercept(height, male, height * male), np.log(c["earn"])
+
+
+def _logearn_logheight_male(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    return _intercept(np.log(c["height"]), c["male"]), np.log(c["earn"])
+
+
+def _log10earn_height(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    return _intercept(c["height"]), np.log10(c["earn"])
+
+
+def _kid_interaction_c2(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    hs, iq = np.asarray(c["mom_hs"], float) - 0.5, np.asarray(c["mom_iq"], float) - 100.0
+    return _intercept(hs, iq, hs * iq), np.asarray(c["kid_score"], float)
+
+
+def _logmesquite(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    logs = (np.log(c[k]) for k in ("diam1", "diam2", "canopy_height", "total_height", "density"))
+    return _intercept(*logs, c["group"]), np.log(c["weight"])
+
+
+def _logmesquite_logva(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    area = np.log(c["diam1"] * c["diam2"])
+    return _intercept(area + np.log(c["canopy_height"]), area, c["group"]), np.log(c["weight"])
+
+
+def _logmesquite_logvas(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    area = np.log(c["diam1"] * c["diam2"])
+    volume, shape = area + np.log(c["canopy_height"]), np.log(c["diam1"] / c["diam2"])
+    x = _intercept(volume, area, shape, np.log(c["total_height"]), np.log(c["density"]), c["group"])
+    return x, np.log(c["weight"])
+
+
+def _centred_kid(raw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    data = {k: np.asarray(v, float) for k, v in raw.items()}
+    return {**data, "mom_hs_mean": data["mom_hs"].mean(), "mom_iq_mean": data["mom_iq"].mean()}
+
+
+def _standardised_height(raw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    data = {k: np.asarray(v, float) for k, v in raw.items()}
+    return {**data, "height_mean": data["height"].mean(), "height_sd": data["height"].std(ddof=1)}
+
+
+def _mom_work(raw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    work = np.asarray(raw["mom_work"])
+    return {"kid_score": raw["kid_score"], **{f"work{k}": (work == k) * 1.0 for k in (2, 3, 4)}}
+
+
+def _diamonds(raw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    x = np.asarray(raw["X"], float)[:, 1:]  # brms's design: column 1 is the intercept
+    return {"X": x, "Y": raw["Y"], "means_X": x.mean(axis=0)}
+
+
 REAL, POSITIVE, BINARY = constraints.real, constraints.positive, constraints.boolean
 SCORE = constraints.interval(0.0, 200.0)  # Stan: vector<lower=0, upper=200>
+MESQUITE = ("diam1", "diam2", "canopy_height", "total_height", "density", "group")
+MESQUITE_SUPPORT = {**{k: POSITIVE for k in MESQUITE[:-1]}, "group": BINARY}
+
+
+def _nes(year: int) -> Entry:
+    return Entry(
+        f"nes{year}-nes",
+        m.nes,
+        (*m.NES_COVARIATES, "partyid7"),
+        # race_adj (1, 1.5, 2), educ1 (1-4) and gender (1, 2) are not coded as posteriordb's info says
+        # ({0, .5, 1}, {0, 1}); only the age dummies built in _nes_prepare are 0/1, one age group each.
+        {
+            **{k: REAL for k in ("real_ideo", "race_adj", "educ1", "gender", "income", "partyid7")},
+            **{k: Dummy("age_discrete") for k in ("age30_44", "age45_64", "age65up")},
+        },
+        prepare=_nes_prepare,
+        linear=LinearGaussian(_columns(*m.NES_COVARIATES, "partyid7")),
+    )
+
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
@@ -142,18 +224,106 @@ ENTRIES: tuple[Entry, ...] = (
         linear=LinearGaussian(_mesquite),
     ),
     Entry("sblrc-blr", m.blr, ("X", "y"), {"X": REAL, "y": REAL}, linear=LinearGaussian(_blr_design)),
+    *(_nes(year) for year in (1972, 1976, 1980, 1984, 1988, 1992, 1996, 2000)),
     Entry(
-        "nes2000-nes",
-        m.nes,
-        (*m.NES_COVARIATES, "partyid7"),
-        # race_adj (1, 1.5, 2), educ1 (1-4) and gender (1, 2) are not coded as posteriordb's info says
-        # ({0, .5, 1}, {0, 1}); only the age dummies built in _nes_prepare are 0/1, one age group each.
-        {
-            **{k: REAL for k in ("real_ideo", "race_adj", "educ1", "gender", "income", "partyid7")},
-            **{k: Dummy("age_discrete") for k in ("age30_44", "age45_64", "age65up")},
-        },
-        prepare=_nes_prepare,
-        linear=LinearGaussian(_columns(*m.NES_COVARIATES, "partyid7")),
+        "earnings-logearn_height",
+        m.logearn_height,
+        ("height", "earn"),
+        {"height": POSITIVE, "earn": POSITIVE},
+        linear=LinearGaussian(_logearn_height),
+    ),
+    Entry(
+        "earnings-log10earn_height",
+        m.log10earn_height,
+        ("height", "earn"),
+        {"height": POSITIVE, "earn": POSITIVE},
+        linear=LinearGaussian(_log10earn_height),
+    ),
+    Entry(
+        "earnings-logearn_interaction",
+        m.logearn_interaction,
+        ("height", "male", "earn"),
+        {"height": POSITIVE, "male": BINARY, "earn": POSITIVE},
+        linear=LinearGaussian(_logearn_interaction),
+    ),
+    # Stan standardises height by the data's mean and sd: given as known constants, the rows are
+    # i.i.d.; no LinearGaussian (its design sees the free columns only, not these constants).
+    Entry(
+        "earnings-logearn_interaction_z",
+        m.logearn_interaction_z,
+        ("height", "male", "earn"),
+        {"height": POSITIVE, "male": BINARY, "earn": POSITIVE},
+        fixed=("height_mean", "height_sd"),
+        prepare=_standardised_height,
+    ),
+    Entry(
+        "earnings-logearn_logheight_male",
+        m.logearn_logheight_male,
+        ("height", "male", "earn"),
+        {"height": POSITIVE, "male": BINARY, "earn": POSITIVE},
+        linear=LinearGaussian(_logearn_logheight_male),
+    ),
+    # centred at the data's means: known constants, as for logearn_interaction_z
+    Entry(
+        "kidiq_with_mom_work-kidscore_interaction_c",
+        m.kidscore_interaction_c,
+        ("mom_hs", "mom_iq", "kid_score"),
+        {"mom_hs": BINARY, "mom_iq": REAL},
+        fixed=("mom_hs_mean", "mom_iq_mean"),
+        prepare=_centred_kid,
+    ),
+    Entry(
+        "kidiq_with_mom_work-kidscore_interaction_c2",
+        m.kidscore_interaction_c2,
+        ("mom_hs", "mom_iq", "kid_score"),
+        {"mom_hs": BINARY, "mom_iq": REAL},
+        linear=LinearGaussian(_kid_interaction_c2),
+    ),
+    Entry(
+        "kidiq_with_mom_work-kidscore_mom_work",
+        m.kidscore_mom_work,
+        ("work2", "work3", "work4", "kid_score"),
+        {k: Dummy("mom_work") for k in ("work2", "work3", "work4")},
+        prepare=_mom_work,
+        linear=LinearGaussian(_columns("work2", "work3", "work4", "kid_score")),
+    ),
+    Entry(
+        "mesquite-logmesquite",
+        m.logmesquite,
+        (*MESQUITE, "weight"),
+        {**MESQUITE_SUPPORT, "weight": POSITIVE},
+        linear=LinearGaussian(_logmesquite),
+    ),
+    Entry(
+        "mesquite-logmesquite_logva",
+        m.logmesquite_logva,
+        ("diam1", "diam2", "canopy_height", "group", "weight"),
+        {k: MESQUITE_SUPPORT[k] for k in ("diam1", "diam2", "canopy_height", "group")} | {"weight": POSITIVE},
+        linear=LinearGaussian(_logmesquite_logva),
+    ),
+    Entry(
+        "mesquite-logmesquite_logvas",
+        m.logmesquite_logvas,
+        (*MESQUITE, "weight"),
+        {**MESQUITE_SUPPORT, "weight": POSITIVE},
+        linear=LinearGaussian(_logmesquite_logvas),
+    ),
+    Entry(
+        "mesquite-mesquite",
+        m.mesquite,
+        (*MESQUITE, "weight"),
+        MESQUITE_SUPPORT,
+        linear=LinearGaussian(_columns(*MESQUITE, "weight")),
+    ),
+    # brms centres the design at its column means: known constants, as for logearn_interaction_z.
+    # X holds continuous columns and polynomial contrasts of categorical ones; all taken as real.
+    Entry(
+        "diamonds-diamonds",
+        m.diamonds,
+        ("X", "Y"),
+        {"X": REAL},
+        fixed=("means_X",),
+        prepare=_diamonds,
     ),
 )
 
