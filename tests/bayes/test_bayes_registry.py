@@ -20,7 +20,7 @@ from numpyro import handlers
 import bayes_recon  # noqa: F401  (x64)
 from bayes_recon.draws import check_draws, from_stan_names
 from bayes_recon.errors import ReconError
-from bayes_recon.models import REGISTRY, lookup
+from bayes_recon.models import OUT_OF_SCOPE, REGISTRY, lookup
 from bayes_recon.models import regression as m
 from bayes_recon.supports import column_supports, observed_columns
 from bayes_recon.weighting import WeightedModel
@@ -189,6 +189,22 @@ def test_eight_schools_is_out_of_scope():
     message = str(info.value)
     assert "out of scope" in message
     assert "latent" in message and "each data point has its own parameter" in message
+
+
+def test_every_posterior_of_the_database_is_registered_or_out_of_scope_with_a_reason(shared_db):
+    names = {p.stem for p in (shared_db / "posteriors").glob("*.json")}
+    drawn = {
+        p.name.removesuffix(".json.zip") for p in (shared_db / "reference_posteriors/draws/draws").iterdir()
+    }
+    assert not set(REGISTRY) & set(OUT_OF_SCOPE)
+    assert names - set(REGISTRY) - set(OUT_OF_SCOPE) == set(), (
+        "posteriors neither registered nor out of scope"
+    )
+    assert set(REGISTRY) | set(OUT_OF_SCOPE) <= names, "entries naming no posterior of the database"
+    assert set(REGISTRY) <= drawn
+    for name, reason in OUT_OF_SCOPE.items():
+        assert reason.strip(), name
+        assert reason.startswith("no reference draws") == (name not in drawn), (name, reason)
 
 
 def test_lookup_unknown_name_suggests_close_names():
