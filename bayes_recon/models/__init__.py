@@ -225,25 +225,28 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry("sblrc-blr", m.blr, ("X", "y"), {"X": REAL, "y": REAL}, linear=LinearGaussian(_blr_design)),
     *(_nes(year) for year in (1972, 1976, 1980, 1984, 1988, 1992, 1996, 2000)),
+    # Covariates are positive where the model takes their log, else real as Stan declares them
+    # (a positive height used raw beside log(earn) would leave the polynomial statistics of
+    # bayes_recon.identifiability, which logs every positive column or none).
     Entry(
         "earnings-logearn_height",
         m.logearn_height,
         ("height", "earn"),
-        {"height": POSITIVE, "earn": POSITIVE},
+        {"height": REAL, "earn": POSITIVE},
         linear=LinearGaussian(_logearn_height),
     ),
     Entry(
         "earnings-log10earn_height",
         m.log10earn_height,
         ("height", "earn"),
-        {"height": POSITIVE, "earn": POSITIVE},
+        {"height": REAL, "earn": POSITIVE},
         linear=LinearGaussian(_log10earn_height),
     ),
     Entry(
         "earnings-logearn_interaction",
         m.logearn_interaction,
         ("height", "male", "earn"),
-        {"height": POSITIVE, "male": BINARY, "earn": POSITIVE},
+        {"height": REAL, "male": BINARY, "earn": POSITIVE},
         linear=LinearGaussian(_logearn_interaction),
     ),
     # Stan standardises height by the data's mean and sd: given as known constants, the rows are
@@ -252,7 +255,7 @@ ENTRIES: tuple[Entry, ...] = (
         "earnings-logearn_interaction_z",
         m.logearn_interaction_z,
         ("height", "male", "earn"),
-        {"height": POSITIVE, "male": BINARY, "earn": POSITIVE},
+        {"height": REAL, "male": BINARY, "earn": POSITIVE},
         fixed=("height_mean", "height_sd"),
         prepare=_standardised_height,
     ),
@@ -312,7 +315,7 @@ ENTRIES: tuple[Entry, ...] = (
         "mesquite-mesquite",
         m.mesquite,
         (*MESQUITE, "weight"),
-        MESQUITE_SUPPORT,
+        {**{k: REAL for k in MESQUITE[:-1]}, "group": BINARY},
         linear=LinearGaussian(_columns(*MESQUITE, "weight")),
     ),
     # brms centres the design at its column means: known constants, as for logearn_interaction_z.
