@@ -143,6 +143,17 @@ def _mom_work(raw: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {"kid_score": raw["kid_score"], **{f"work{k}": (work == k) * 1.0 for k in (2, 3, 4)}}
 
 
+def _windows(raw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    y, k = np.asarray(raw["y"], float), int(raw["K"])
+    return {"window": np.lib.stride_tricks.sliding_window_view(y, k + 1)}
+
+
+def _ar_design(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    window = np.asarray(c["window"], float)
+    k = window.shape[-1] - 1
+    return _intercept(*window[:, k - 1 :: -1].T), window[:, k]
+
+
 def _diamonds(raw: Mapping[str, Any]) -> dict[str, np.ndarray]:
     x = np.asarray(raw["X"], float)[:, 1:]  # brms's design: column 1 is the intercept
     return {"X": x, "Y": raw["Y"], "means_X": x.mean(axis=0)}
@@ -318,6 +329,19 @@ ENTRIES: tuple[Entry, ...] = (
         {**{k: REAL for k in MESQUITE[:-1]}, "group": BINARY},
         linear=LinearGaussian(_columns(*MESQUITE, "weight")),
     ),
+    # The series as a measure over its (K+1)-windows: Stan's likelihood is a product over windows
+    # (the first K values enter as lags only). The windows overlap in the data; the measure does
+    # not know that, so a reconstruction recovers windows, not one series.
+    Entry(
+        "arK-arK",
+        m.ark_windows,
+        ("window",),
+        {"window": REAL},
+        prepare=_windows,
+        linear=LinearGaussian(
+            _ar_design, coefficients=lambda p: jnp.concatenate([p["alpha"][..., None], p["beta"]], -1)
+        ),
+    ),
     # brms centres the design at its column means: known constants, as for logearn_interaction_z.
     # X holds continuous columns and polynomial contrasts of categorical ones; all taken as real.
     Entry(
@@ -361,7 +385,6 @@ OUT_OF_SCOPE: dict[str, str] = {
         "data measure and the weighted-posterior attack does not apply. Choose a model whose only "
         "latent variables are shared by all data points."
     ),
-    "arK-arK": _SERIES.format("autoregression AR(K)"),
     "arma-arma11": _SERIES.format("ARMA(1,1)"),
     "garch-garch11": _SERIES.format("GARCH(1,1), a variance recursion"),
     "bball_drive_event_0-hmm_drive_0": _HMM,

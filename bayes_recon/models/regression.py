@@ -171,3 +171,14 @@ def diamonds(X, Y=None, *, means_X):
     sigma = numpyro.sample("sigma", dist.TruncatedDistribution(dist.StudentT(3.0, 0.0, 10.0), low=0.0))
     with numpyro.plate("data", X.shape[0]):
         numpyro.sample("Y", dist.Normal(intercept + (X - means_X) @ b, sigma), obs=Y)
+
+
+def ark_windows(window):
+    """AR(K) over the series' (K+1)-windows (y[t-K], ..., y[t]): Stan's likelihood has one term per window."""
+    k = window.shape[-1] - 1
+    alpha = numpyro.sample("alpha", dist.Normal(0.0, 10.0))
+    beta = numpyro.sample("beta", dist.Normal(0.0, 10.0).expand([k]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfCauchy(2.5))
+    lags = window[..., k - 1 :: -1]  # y[t-1], ..., y[t-K], as beta[1], ..., beta[K] take them
+    with numpyro.plate("data", window.shape[0]):
+        numpyro.sample("y", dist.Normal(alpha + lags @ beta, sigma), obs=window[..., k])

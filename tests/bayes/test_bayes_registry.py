@@ -152,6 +152,15 @@ def test_stein_check_detects_a_missing_centring(load_shared, name):
     assert np.max(np.abs(z)) > 4 * BOUND, f"dropping {entry.fixed} went unnoticed: {np.round(z, 1)}"
 
 
+def test_stein_check_detects_reversed_lags(load_shared):
+    """AR(K) windows with the lags in the wrong order (beta[1] on y[t-K]) are caught."""
+    entry, data, draws = _case(load_shared, "arK-arK")
+    window = data["window"]
+    wrong = {"window": np.concatenate([window[:, -2::-1], window[:, -1:]], axis=1)}
+    z = stein_z(entry, entry.model, wrong, draws)
+    assert np.max(np.abs(z)) > 4 * BOUND
+
+
 def test_stein_check_detects_swapped_covariates(load_shared):
     """A column-order slip (educ1 and gender swapped in the NES design) is caught."""
     entry, data, draws = _case(load_shared, "nes2000-nes")
