@@ -411,10 +411,14 @@ def _list(args: argparse.Namespace) -> int:
     for name, entry in sorted(REGISTRY.items()):
         status = "in database" if name in present else "not in database"
         _say(f"  {name.ljust(width)}  {status.ljust(15)}  free: {', '.join(entry.free)}")
-    _say("out of scope:")
+    _say(f"out of scope ({len(OUT_OF_SCOPE)}), by reason:")
+    by_reason: dict[str, list[str]] = {}
     for name, reason in sorted(OUT_OF_SCOPE.items()):
-        _say(f"  {name.ljust(width)}  {'in database' if name in present else 'not in database'}")
-        _say(textwrap.fill(reason, width=100, initial_indent="    ", subsequent_indent="    "))
+        by_reason.setdefault(reason, []).append(name)
+    for reason, names in by_reason.items():
+        _say(textwrap.fill(reason, width=100, initial_indent="  ", subsequent_indent="    "))
+        for name in names:
+            _say(f"    {name.ljust(width)}  {'in database' if name in present else 'not in database'}")
     others = sorted(present - set(REGISTRY) - set(OUT_OF_SCOPE))
     if others:
         _say(f"{len(others)} other posterior(s) in the database have no registered model;")

@@ -29,12 +29,12 @@ from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 
 from bayes_recon.draws import as_draws, group_stan_names
-from bayes_recon.measure import WeightedMeasure
 from bayes_recon.modelcheck import check_data_support, check_free, prepare_release
 from bayes_recon.models import Entry
 from bayes_recon.pipeline import PosteriorProblem
 from bayes_recon.posteriordb import chains_to_draws, load_posterior
 from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
 
 DRAWS_SUFFIXES = (".nc", ".nc4", ".netcdf", ".zarr", ".csv", ".npz", ".json")
 DRAWS_FORMATS = ".nc (ArviZ netCDF), .zarr (ArviZ zarr), .csv (CmdStan), .npz (NumPy) or .json (posteriordb)"

@@ -1,4 +1,4 @@
-"""Sliced/exact Fisher-divergence reconstruction on every registry regression posterior, against the oracle.
+"""Sliced/exact Fisher-divergence reconstruction of the registry posteriors with an oracle (LinearGaussian).
 
 For a Gaussian linear regression the attack can at best recover T = (N, XᵀX, Xᵀy, yᵀy), and the
 divergence estimated from the draws is a quadratic in T whose exact minimiser is the oracle
@@ -197,7 +197,8 @@ def main() -> None:
     args = parser.parse_args()
 
     available = {p.stem for p in (args.posteriordb / "posteriors").glob("*.json")}
-    names = args.posteriors.split(",") if args.posteriors else sorted(n for n in REGISTRY if n in available)
+    linear = sorted(n for n, e in REGISTRY.items() if e.linear is not None and n in available)
+    names = args.posteriors.split(",") if args.posteriors else linear
     print(f"{len(names)} posteriors from {args.posteriordb}\n{HEADER}", flush=True)
     rows: list[dict] = []
     study: list[dict] = []

@@ -67,7 +67,7 @@ def fake_reconstruct(monkeypatch):
     """Replace the attack by a stand-in that returns a fixed 5-point measure and reports 3 steps;
     the list of its calls is returned."""
     from bayes_recon import pipeline
-    from bayes_recon.measure import WeightedMeasure
+    from recon_core.measure import WeightedMeasure
 
     calls = []
 

@@ -15,12 +15,12 @@ import pytest
 from bayes_recon.audit import AuditConfig, audit_posterior, leakage_rows
 from bayes_recon.cli import main
 from bayes_recon.identifiability import Statistic, Variable, feature_setup
-from bayes_recon.measure import WeightedMeasure
 from bayes_recon.mitigation import Perturbation, noisy_statistics, remaining_leakage
 from bayes_recon.models import lookup
 from bayes_recon.pipeline import load_problem
 from bayes_recon.reconstruct import ReconConfig
 from bayes_recon.report import write_report
+from recon_core.measure import WeightedMeasure
 
 NAME = "kidiq-kidscore_momiq"
 SHORT = ReconConfig(coarse_steps=5, steps=5, restarts=1, max_draws=300)

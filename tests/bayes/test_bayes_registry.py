@@ -18,8 +18,9 @@ import pytest
 from numpyro import handlers
 
 from bayes_recon.draws import check_draws, from_stan_names
-from bayes_recon.models import REGISTRY, lookup
+from bayes_recon.models import OUT_OF_SCOPE, REGISTRY, lookup
 from bayes_recon.models import regression as m
+from bayes_recon.supports import column_supports, observed_columns
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 
@@ -85,19 +86,26 @@ def test_translation_latent_sites_match_stan_parameters(load_shared, name):
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_data_lie_in_declared_support(load_shared, name):
+    """Each free column lies in its support: the declared one, else (a response) its distribution's."""
     entry, data, _ = _case(load_shared, name)
-    assert set(entry.support) == set(entry.free)
+    shapes = {k: data[k].shape[1:] for k in entry.free}
+    fixed = {k: jnp.asarray(data[k]) for k in entry.fixed}
+    supports = column_supports(entry.model, shapes, fixed, entry.support)
+    undeclared = set(entry.free) - set(entry.support)
+    assert undeclared <= set(observed_columns(entry.model, shapes, fixed)), "a covariate without support"
     for column in entry.free:
-        assert bool(np.all(entry.support[column](jnp.asarray(data[column])))), (
-            f"{name}: the data column {column!r} leaves its declared support"
+        assert bool(np.all(supports[column](jnp.asarray(data[column])))), (
+            f"{name}: the data column {column!r} leaves its support {supports[column]}"
         )
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+LINEAR = sorted(name for name, entry in REGISTRY.items() if entry.linear is not None)
+
+
+@pytest.mark.parametrize("name", LINEAR)
 def test_linear_design_is_the_models_likelihood(load_shared, name):
     """The ``LinearGaussian`` description (used by the oracle) gives the model's own log-likelihood."""
     entry, data, draws = _case(load_shared, name)
-    assert entry.linear is not None
     wm, free, _ = _weighted_model(entry, entry.model, data, draws)
     x, y = entry.linear.design({k: data[k] for k in entry.free})
     rows = np.arange(0, len(next(iter(draws.values()))), 997)[:8]
@@ -123,6 +131,33 @@ def test_stein_check_detects_a_shifted_response(load_shared, name):
     wrong[response] = data[response] + data[response].std()
     z = stein_z(entry, entry.model, wrong, draws)
     assert np.max(np.abs(z)) > 4 * BOUND, f"shifting {response} by one sd went unnoticed: {np.round(z, 1)}"
+
+
+CENTRED = (
+    "diamonds-diamonds",
+    "earnings-logearn_interaction_z",
+    "kidiq_with_mom_work-kidscore_interaction_c",
+)
+
+
+@pytest.mark.parametrize("name", CENTRED)
+def test_stein_check_detects_a_missing_centring(load_shared, name):
+    """Stan centres (or standardises) by the data's own means: the fixed constants must be those means."""
+    entry, data, draws = _case(load_shared, name)
+    wrong = dict(data)
+    for constant in entry.fixed:
+        wrong[constant] = np.full_like(data[constant], 1.0 if constant.endswith("_sd") else 0.0)
+    z = stein_z(entry, entry.model, wrong, draws)
+    assert np.max(np.abs(z)) > 4 * BOUND, f"dropping {entry.fixed} went unnoticed: {np.round(z, 1)}"
+
+
+def test_stein_check_detects_reversed_lags(load_shared):
+    """AR(K) windows with the lags in the wrong order (beta[1] on y[t-K]) are caught."""
+    entry, data, draws = _case(load_shared, "arK-arK")
+    window = data["window"]
+    wrong = {"window": np.concatenate([window[:, -2::-1], window[:, -1:]], axis=1)}
+    z = stein_z(entry, entry.model, wrong, draws)
+    assert np.max(np.abs(z)) > 4 * BOUND
 
 
 def test_stein_check_detects_swapped_covariates(load_shared):
@@ -162,6 +197,22 @@ def test_eight_schools_is_out_of_scope():
     message = str(info.value)
     assert "out of scope" in message
     assert "latent" in message and "each data point has its own parameter" in message
+
+
+def test_every_posterior_of_the_database_is_registered_or_out_of_scope_with_a_reason(shared_db):
+    names = {p.stem for p in (shared_db / "posteriors").glob("*.json")}
+    drawn = {
+        p.name.removesuffix(".json.zip") for p in (shared_db / "reference_posteriors/draws/draws").iterdir()
+    }
+    assert not set(REGISTRY) & set(OUT_OF_SCOPE)
+    assert names - set(REGISTRY) - set(OUT_OF_SCOPE) == set(), (
+        "posteriors neither registered nor out of scope"
+    )
+    assert set(REGISTRY) | set(OUT_OF_SCOPE) <= names, "entries naming no posterior of the database"
+    assert set(REGISTRY) <= drawn
+    for name, reason in OUT_OF_SCOPE.items():
+        assert reason.strip(), name
+        assert reason.startswith("no reference draws") == (name not in drawn), (name, reason)
 
 
 def test_lookup_unknown_name_suggests_close_names():

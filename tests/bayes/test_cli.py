@@ -19,7 +19,7 @@ import pytest
 
 from bayes_recon import cli, pipeline
 from bayes_recon.cli import main
-from bayes_recon.measure import WeightedMeasure
+from recon_core.measure import WeightedMeasure
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DB = Path("..") / "shared" / "posteriordb" / "posterior_database"  # relative to the repository

@@ -23,8 +23,9 @@ from bayes_recon.identifiability import (
     identifiable_statistics,
 )
 from bayes_recon.kernel import model_features
-from bayes_recon.measure import WeightedMeasure
+from bayes_recon.models import REGISTRY
 from recon_core.errors import ReconError
+from recon_core.measure import WeightedMeasure
 
 
 def quadratic_regression(x, y=None):
@@ -98,7 +99,7 @@ def test_embedded_kidiq_lists_exactly_the_sufficient_statistics(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mesquite-logmesquite_logvolume", "sblrc-blr", "earnings-earn_height"])
+@pytest.mark.parametrize("name", sorted(n for n, e in REGISTRY.items() if e.linear is not None))
 def test_shared_posteriors_list_exactly_the_sufficient_statistics(name, shared_db):
     assert check_posterior(name, shared_db).exact is True
 
