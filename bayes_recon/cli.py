@@ -637,6 +637,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from bayes_recon.precision import enable_float64
+
+    enable_float64()  # the command's own process: every check and attack it runs is in float64
     return command.run(build_parser(), argv, (ReconError,), _prepare)
 
 

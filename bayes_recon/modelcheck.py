@@ -21,6 +21,7 @@ from numpyro.infer.initialization import init_to_uniform
 
 from bayes_recon import pseudo
 from bayes_recon.draws import as_draws, check_draws
+from bayes_recon.precision import float64
 from bayes_recon.supports import check_covariates, column_supports
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
@@ -38,6 +39,7 @@ class Release(NamedTuple):
     theta: np.ndarray  # (S, d): the draws as NumPyro's flat unconstrained vectors
 
 
+@float64
 def prepare_release(
     model: Callable,
     draws: Any,

@@ -173,6 +173,20 @@ def test_a_covariate_off_its_support_is_named_with_the_fix():
     prepare_release(log_covariate, draws, ["x", "y"], support={"x": constraints.positive})
 
 
+def test_a_large_coefficient_on_a_small_covariate_is_not_refused():
+    """exp(η) overflows at unit-spread probes when the covariate lives at 0.01 with a coefficient of
+    1,000 (a unit choice): the support check must accept it, as it does at any scale of the column."""
+
+    def poisson_small_covariate(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1e4))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Poisson(jnp.exp(b * x)), obs=y)
+
+    draws = {"b": 1000.0 + np.random.default_rng(0).normal(size=50)}
+    release = prepare_release(poisson_small_covariate, draws, ["x", "y"])
+    assert release.layout.support("y") is constraints.positive
+
+
 def test_count_and_binary_models_are_never_called_nothing_revealed(poisson):
     """Their features, evaluated on the responses' supports, see the data (they used to give rank 0)."""
     _, draws = poisson
