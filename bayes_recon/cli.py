@@ -460,10 +460,19 @@ def describe_identifiability(check: Any) -> str:
         else "the likelihood does not depend on these columns, so the release reveals nothing of them."
     )
     if not found.polynomial:
+        linear = (
+            "The responses enter the likelihood linearly through "
+            + ", ".join(found.linear_in_response)
+            + " (a canonical link): the release determines these sums best; N and the covariates' "
+            "moments enter only through the non-linear part and may be weakly determined (reconstruct "
+            "reports how much its restarts disagree on them).\n"
+            if found.linear_in_response
+            else ""
+        )
         return (
             f"{check.name}: the model's features are not polynomials of degree ≤ {found.degree} in "
             f"{variables}: the release pins down statistics outside that basis (no finite list to name; "
-            "run reconstruct to see how tightly it determines N and the columns' moments).\n" + seen
+            "run reconstruct to see how tightly it determines N and the columns' moments).\n" + linear + seen
         )
     lines = [
         f"{check.name}: the draws pin down {found.rank} statistics of the data (features of degree "

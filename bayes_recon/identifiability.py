@@ -42,6 +42,7 @@ from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import pack
 from bayes_recon.precision import float64
 from bayes_recon.reconstruct import AttackSetup, response_predictor
+from bayes_recon.supports import observed_columns
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
 
@@ -129,6 +130,11 @@ class Identifiability:
     points (H the entropy of its normalised eigenvalues): about how many independent directions of
     the data the release sees, polynomial features or not. Zero only when the likelihood does not
     depend on the free columns at all: then, and only then, the release reveals nothing of them.
+    ``linear_in_response``: when the features are not polynomials, the statistics Σ y·f(x) through
+    which a response y enters the likelihood linearly with a polynomial f of the other columns (a
+    GLM with its canonical link: Σ y, Σ y·x_j); the rest of the likelihood sees the covariates
+    through non-polynomial functions, which a release may pin down only loosely (see
+    :meth:`bayes_recon.reconstruct.Reconstruction.restart_spread`).
     """
 
     statistics: tuple[Statistic, ...]
@@ -140,6 +146,7 @@ class Identifiability:
     n_draws: int
     seconds: float
     kernel_effective_rank: float = 0.0
+    linear_in_response: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -160,6 +167,7 @@ class Identifiability:
             ],
             "aliases": list(self.aliases),
             "kernel_effective_rank": self.kernel_effective_rank,
+            "linear_in_response": list(self.linear_in_response),
             "n_draws": self.n_draws,
             "seconds": self.seconds,
         }
@@ -210,14 +218,69 @@ def identify(
         else:
             continue
         break
+    linear = () if found.polynomial else _linear_in_response(setup, raw, points, config)
     return dataclasses.replace(
-        found, seconds=time.perf_counter() - started, kernel_effective_rank=effective_rank
+        found,
+        seconds=time.perf_counter() - started,
+        kernel_effective_rank=effective_rank,
+        linear_in_response=linear,
     )
 
 
+def _response_slopes(setup: AttackSetup, points: Mapping[str, np.ndarray], response: str) -> np.ndarray:
+    """∂/∂y ∇_θ log p(x_j | θ) for the response y at every point and draw, (M, S·d) like the features:
+    by differentiation, not a difference of features that can be 10⁵⁰ (exp(η) at a far probe point)."""
+    draws, coordinates, model = setup.draws, setup.coordinates, setup.weighted_model
+    data = {k: jnp.asarray(v) for k, v in points.items()}
+    y = jnp.asarray(points[response], dtype=float)
+
+    def per_draw(z: jax.Array) -> jax.Array:
+        def slope(theta: jax.Array) -> jax.Array:  # each point's log-likelihood sees only its own y
+            return jax.grad(lambda v: jnp.sum(model.loglik_per_point(theta, {**data, response: v})))(y)
+
+        return jax.jacfwd(slope)(coordinates.shift + coordinates.scale @ z) @ coordinates.scale
+
+    slopes = jax.jit(jax.vmap(per_draw))(draws)  # (S, M, d)
+    return np.asarray(jnp.transpose(slopes, (1, 0, 2)).reshape(slopes.shape[1], -1))
+
+
+def _linear_in_response(
+    setup: AttackSetup,
+    variables: tuple[Variable, ...],
+    points: Mapping[str, np.ndarray],
+    config: IdentifiabilityConfig,
+) -> tuple[str, ...]:
+    """Σ y·f(x) for every response y whose slope ∂s/∂y of the features is a polynomial f of the other
+    columns, the same at every draw: the response enters the log-likelihood as y·η(x, θ), η linear
+    in θ (a canonical link), and those sums are what it contributes."""
+    layout, weighted = setup.layout, setup.weighted_model
+    responses = observed_columns(weighted.model, layout.shapes, dict(weighted.fixed))
+    names = []
+    for response in responses:
+        levels = pseudo.levels(layout.support(response))
+        if layout.shapes[response] != () or (levels is not None and len(levels) > 2):
+            continue  # a class label plus one is another class, not a unit step
+        step = _response_slopes(setup, points, response)
+        others = tuple(v for v in variables if v.column != response)
+        for degree in range(1, config.max_degree + 1):
+            found = _identify(setup, others, degree, points, step, config)
+            if found.polynomial:
+                names += [
+                    f"Σ {response}" if s.name == "N" else f"Σ {response}·{s.name.removeprefix('Σ ')}"
+                    for s in found.statistics
+                ]
+                break
+    return tuple(names)
+
+
 def kernel_effective_rank(features: np.ndarray) -> float:
-    """exp(entropy) of the normalised eigenvalues of the kernel φφᵀ of the features φ (n, S·d)."""
-    eigenvalues = np.linalg.svd(np.nan_to_num(features), compute_uv=False) ** 2
+    """exp(entropy) of the normalised eigenvalues of the kernel φφᵀ of the features φ (n, S·d), each
+    point's features scaled to unit norm first: a probe point far out in a covariate (exp(η) of a
+    large η) would otherwise make the spectrum its own, whatever the covariate's units."""
+    features = np.nan_to_num(features)
+    norms = np.linalg.norm(features, axis=1, keepdims=True)
+    features = features / np.where(norms > 0, norms, 1.0)
+    eigenvalues = np.linalg.svd(features, compute_uv=False) ** 2
     if not eigenvalues.sum() > 0:
         return 0.0
     p = eigenvalues / eigenvalues.sum()
@@ -238,7 +301,11 @@ def feature_setup(
     release = prepare_release(model, draws, free, fixed, support)
     rows = np.linspace(0, len(release.theta) - 1, min(len(release.theta), max_draws)).round().astype(int)
     weighted, layout, theta = release.weighted_model, release.layout, jnp.asarray(release.theta[rows])
-    return AttackSetup(weighted, layout, Coordinates.identity(theta.shape[1]), theta)
+    try:  # whitened: features in the posterior's own units, whatever the parameters' units
+        coordinates = Coordinates.standardised(theta)
+    except ReconError:  # fewer draws than parameters, or a constant one: the raw coordinates
+        coordinates = Coordinates.identity(theta.shape[1])
+    return AttackSetup(weighted, layout, coordinates, coordinates.to_attack(theta))
 
 
 def probe_size(setup: AttackSetup, config: IdentifiabilityConfig) -> int:

@@ -8,6 +8,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from jax.scipy.special import ndtr
 from numpyro.distributions import constraints
 from numpyro.infer import MCMC, NUTS
 
@@ -171,6 +172,25 @@ def test_a_covariate_off_its_support_is_named_with_the_fix():
     with pytest.raises(br.ReconError, match=r"'x'.*support=.*positive"):
         prepare_release(log_covariate, draws, ["x", "y"])
     prepare_release(log_covariate, draws, ["x", "y"], support={"x": constraints.positive})
+
+
+def test_check_names_the_sums_a_canonical_link_sees_and_none_for_another_link():
+    """Poisson (log link) and Bernoulli (logit) see y through Σ y and Σ y·x; a probit's slope in y
+    depends on θ, so no such sum is claimed for it."""
+    rng = np.random.default_rng(1)
+    draws = {"a": rng.normal(0.5, 0.1, 200), "b": rng.normal(0.6, 0.1, 200)}
+    for model in (poisson_regression, logistic_regression):
+        found = identifiable_statistics(model, draws, ["x", "y"])
+        assert not found.polynomial
+        assert found.linear_in_response == ("Σ y", "Σ y·x")
+
+    def probit_regression(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Bernoulli(probs=ndtr(a + b * x)), obs=y)
+
+    assert identifiable_statistics(probit_regression, draws, ["x", "y"]).linear_in_response == ()
 
 
 def test_a_large_coefficient_on_a_small_covariate_is_not_refused():
