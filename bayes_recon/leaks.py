@@ -46,6 +46,7 @@ import numpy as np
 from bayes_recon.draws import from_stan_names
 from bayes_recon.precision import float64
 from recon_core.errors import ReconError
+from recon_core.jsonio import jsonable
 
 if TYPE_CHECKING:
     from bayes_recon.pipeline import PosteriorProblem
@@ -123,15 +124,17 @@ class Finding:
     max_error: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "variable": self.variable,
-            "shape": list(self.shape),
-            "reveals": self.reveals,
-            "severity": self.severity,
-            "rows_recovered": self.rows_recovered,
-            "max_error": self.max_error,
-        }
+        return jsonable(
+            {
+                "group": self.group,
+                "variable": self.variable,
+                "shape": self.shape,
+                "reveals": self.reveals,
+                "severity": self.severity,
+                "rows_recovered": self.rows_recovered,
+                "max_error": self.max_error,
+            }
+        )
 
 
 def read_release(paths: Sequence[str | Path]) -> Release:
@@ -252,7 +255,7 @@ def find_leaks(
 def _finding(v: Variable, n: int | None, parameters: Collection[str]) -> Finding | None:
     shape = tuple(int(d) for d in v.values.shape)
     per_row = n is not None and n in v.row_axes and v.name not in parameters
-    rows = v.row_axes[v.row_axes.index(n)] if per_row else (v.row_axes[0] if v.row_axes else 0)
+    rows = n if per_row else (v.row_axes[0] if v.row_axes else 0)
     draws = f" over {shape[0]} draws" if v.sampled else ""
     if v.group in DATA_GROUPS:
         if per_row or (v.group == "predictions_constant_data" and v.row_axes):
@@ -278,23 +281,33 @@ def _finding(v: Variable, n: int | None, parameters: Collection[str]) -> Finding
     return None
 
 
-def loglik_matrix(release: Release, findings: Sequence[Finding], n_rows: int) -> np.ndarray | None:
-    """The released log p(x_i | θ_s), (S, N): the log-likelihood variables summed (one per observed
-    site in ArviZ), each summed over its axes after the rows; None when the file holds none."""
+def loglik_matrix(
+    release: Release, findings: Sequence[Finding], n_rows: int
+) -> tuple[np.ndarray | None, set[tuple[str, str]]]:
+    """The released log p(x_i | θ_s), (S, N), and the (group, variable) pairs it was read from.
+
+    The ``log_likelihood`` group's variables summed (one per observed site), else the first other
+    log-likelihood variable (CmdStan's ``log_lik``, an older ArviZ's ``sample_stats/log_lik``: the
+    same values again, so never added); each summed over its axes after the rows. None when the file
+    holds none.
+    """
     wanted = {(f.group, f.variable) for f in findings if f.kind == "log_likelihood"}
-    total = None
-    for v in release.variables:
-        if (v.group, v.name) not in wanted or not v.sampled or n_rows not in v.row_axes:
-            continue
-        axis = 1 + v.row_axes.index(n_rows)
-        values = np.moveaxis(v.values, axis, 1).reshape(v.values.shape[0], n_rows, -1).sum(axis=2)
-        if total is not None and total.shape != values.shape:
-            raise ReconError(
-                f"the log-likelihood variables have different numbers of draws ({total.shape[0]} and "
-                f"{values.shape[0]}); write them from one fit"
-            )
-        total = values if total is None else total + values
-    return total
+    candidates = [
+        v for v in release.variables if (v.group, v.name) in wanted and v.sampled and n_rows in v.row_axes
+    ]
+    used = [v for v in candidates if v.group in LOGLIK_GROUPS] or candidates[:1]
+    if not used:
+        return None, set()
+    matrices = [
+        np.moveaxis(v.values, 1 + v.row_axes.index(n_rows), 1).reshape(len(v.values), n_rows, -1).sum(axis=2)
+        for v in used
+    ]
+    if len({m.shape for m in matrices}) > 1:
+        raise ReconError(
+            f"the log-likelihood variables have different numbers of draws ({[len(m) for m in matrices]}); "
+            "write them from one fit"
+        )
+    return sum(matrices[1:], matrices[0]), {(v.group, v.name) for v in used}
 
 
 def file_leaks(paths: Sequence[str | Path], problem: PosteriorProblem) -> list[Finding]:
@@ -306,24 +319,32 @@ def file_leaks(paths: Sequence[str | Path], problem: PosteriorProblem) -> list[F
     parameters = set(problem.draws)
     findings = find_leaks(release, given, parameters)
     n = row_count(release, given, parameters)
-    loglik = None if n is None else loglik_matrix(release, findings, n)
+    loglik, used = (None, set()) if n is None else loglik_matrix(release, findings, n)
     if loglik is None:
         return findings
-    recovery = recover_from_loglik(
-        problem.entry.model,
-        problem.draws,
-        loglik,
-        problem.free,
-        problem.fixed,
-        problem.entry.support,
-        truth.points if truth is not None and len(truth) == n else None,
-    )
-    return [
-        dataclasses.replace(f, rows_recovered=recovery.n_recovered, max_error=recovery.worst_error())
-        if f.kind == "log_likelihood"
-        else f
-        for f in findings
-    ]
+    try:
+        recovery = recover_from_loglik(
+            problem.entry.model,
+            problem.draws,
+            loglik,
+            problem.free,
+            problem.fixed,
+            problem.entry.support,
+            truth.points if truth is not None and len(truth) == n else None,
+        )
+    except ReconError as err:  # the model's rows cannot be solved for: the finding stands, unscored
+        note = f" (rows not recovered: {err})"
+
+        def update(f: Finding) -> Finding:
+            return dataclasses.replace(f, reveals=f.reveals + note)
+    else:
+
+        def update(f: Finding) -> Finding:
+            return dataclasses.replace(
+                f, rows_recovered=recovery.n_recovered, max_error=recovery.worst_error()
+            )
+
+    return [update(f) if (f.group, f.variable) in used else f for f in findings]
 
 
 @dataclass(frozen=True)
