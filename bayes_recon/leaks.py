@@ -397,7 +397,9 @@ def recover_from_loglik(
     from bayes_recon.supports import observed_columns
 
     loglik = np.asarray(loglik, dtype=float)
-    n = loglik.shape[-1]
+    if loglik.ndim != 2:
+        raise ReconError(f"the log-likelihood has shape {loglik.shape}; it should be (draws, rows)")
+    n = loglik.shape[1]
     fixed = dict(fixed or {})
     # known per-row columns are checked with the free ones (the attack's checks take free columns
     # per row only), then held at their values
@@ -406,10 +408,10 @@ def recover_from_loglik(
     columns = {**free, **{k: v.shape[1:] for k, v in known.items()}}
     release = prepare_release(model, draws, columns, constants, support)
     theta = np.asarray(release.theta)
-    if loglik.ndim != 2 or loglik.shape[0] != len(theta):
+    if loglik.shape[0] != len(theta):
         raise ReconError(
-            f"the log-likelihood has shape {loglik.shape}, but the posterior has {len(theta)} draws; it "
-            "should be (draws, rows) from the same fit, in the same order"
+            f"the log-likelihood has {loglik.shape[0]} draws, but the posterior has {len(theta)}; they "
+            "should come from the same fit, in the same order"
         )
     labels = [
         k
@@ -450,7 +452,7 @@ def recover_from_loglik(
     fitted, cost = jax.jit(jax.vmap(solve, in_axes=(0, None, None)))(
         jnp.asarray(u0), jnp.asarray(theta[fit]), jnp.asarray(loglik[fit])
     )
-    best = np.asarray(fitted)[np.nanargmin(np.where(np.isfinite(cost), cost, np.inf), axis=0), np.arange(n)]
+    best = np.asarray(fitted)[np.argmin(np.asarray(cost), axis=0), np.arange(n)]  # cost: inf, never NaN
     check = np.asarray(
         jax.jit(residuals)(jnp.asarray(best), jnp.asarray(theta[held]), jnp.asarray(loglik[held]))
     )
@@ -458,18 +460,15 @@ def recover_from_loglik(
     residual = np.sqrt(np.mean(check**2, axis=0)) / scale
     residual = np.where(np.isfinite(residual), residual, np.inf)
     integers = {k for k, s in observed_columns(model, columns, constants).items() if s.is_discrete}
-    rows = {
-        k: np.round(v) if k in integers else v
-        for k, v in ((k, np.asarray(v)) for k, v in layout.assemble(jnp.asarray(best), none).items())
-    }
+    assembled = {k: np.asarray(v) for k, v in layout.assemble(jnp.asarray(best), none).items()}
+    rows = {k: np.round(v) if k in integers else v for k, v in assembled.items()}
     max_error = share = None
     if truth is not None:
-        errors = {k: np.abs(rows[k] - np.asarray(truth[k], dtype=float)) for k in rows}
+        true = {k: np.asarray(truth[k], dtype=float) for k in rows}
+        errors = {k: np.abs(rows[k] - true[k]) for k in rows}
         max_error = {k: float(e.max()) for k, e in errors.items()}
         close = [
-            (e <= EXACT_WITHIN * np.maximum(np.abs(np.asarray(truth[k], dtype=float)), 1.0))
-            .reshape(n, -1)
-            .all(1)
+            (e <= EXACT_WITHIN * np.maximum(np.abs(true[k]), 1.0)).reshape(n, -1).all(axis=1)
             for k, e in errors.items()
         ]
         share = float(np.mean(np.all(close, axis=0)))
@@ -545,27 +544,23 @@ def strip(
             f"{target} is not a {release.format} file name as {source} is; give OUT the same suffix "
             f"({source.suffix})"
         )
-    names = {v.name for v in release.variables}
+    whole = [g for g in release.groups() if g not in (*KEPT_GROUPS, CSV_GROUP)]  # InferenceData groups
+    names = {v.name for v in release.variables if v.group not in whole}
     unknown = sorted(set(keep) - names)
     if unknown:
         raise ReconError(
-            f"--keep {', '.join(unknown)}: no such variable in {source}; its variables: "
+            f"--keep {', '.join(unknown)}: no such variable among the draws of {source} (only "
+            f"{' and '.join(KEPT_GROUPS)} are kept of an InferenceData); its variables: "
             f"{', '.join(sorted(names))}"
         )
     flagged = {(f.group, f.variable) for f in find_leaks(release, n_rows)}
     dropped = {
         (v.group, v.name)
         for v in release.variables
-        if v.name not in keep and ((v.group, v.name) in flagged or v.group not in (*KEPT_GROUPS, CSV_GROUP))
+        if v.group not in whole and (v.group, v.name) in flagged and v.name not in keep
     }
-    groups = [
-        g for g in release.groups() if all((g, v.name) in dropped for v in release.variables if v.group == g)
-    ]
-    groups = [
-        g for g in groups if g not in (CSV_GROUP, SAMPLER_GROUP) or release.format in ("netcdf", "zarr")
-    ]
-    variables = [v.label for v in release.variables if (v.group, v.name) in dropped and v.group not in groups]
-    kept = [v.label for v in release.variables if (v.group, v.name) not in dropped]
+    variables = [v.label for v in release.variables if (v.group, v.name) in dropped]
+    kept = [v.label for v in release.variables if v.group not in whole and (v.group, v.name) not in dropped]
     if release.format == "cmdstan":
         _strip_csv(source, target, {name for group, name in dropped})
     elif release.format == "npz":
@@ -573,7 +568,7 @@ def strip(
             np.savez(target, **{k: archive[k] for k in archive.files if (CSV_GROUP, k) not in dropped})
     else:
         _strip_tree(source, target, release.format, dropped)
-    return Stripped(groups, variables, kept)
+    return Stripped(whole, variables, kept)
 
 
 def _strip_csv(source: Path, target: Path, dropped: set[str]) -> None:
@@ -601,7 +596,7 @@ def _strip_tree(source: Path, target: Path, kind: str, dropped: set[tuple[str, s
         parts = {
             f"/{group}": tree[group].to_dataset().drop_vars([n for g, n in dropped if g == group]).load()
             for group in tree.children
-            if group in KEPT_GROUPS
+            if group in KEPT_GROUPS  # every other group goes whole
         }
         stripped = xarray.DataTree.from_dict({"/": tree.to_dataset().load(), **parts})
     with warnings.catch_warnings():
