@@ -545,6 +545,11 @@ def strip(
             f"({source.suffix})"
         )
     whole = [g for g in release.groups() if g not in (*KEPT_GROUPS, CSV_GROUP)]  # InferenceData groups
+    if release.format in ("netcdf", "zarr") and "posterior" not in release.groups():
+        raise ReconError(
+            f"{source} has no 'posterior' group ({', '.join(release.groups()) or 'no groups'}): there are no "
+            "draws to keep; give the InferenceData of the fit"
+        )
     names = {v.name for v in release.variables if v.group not in whole}
     unknown = sorted(set(keep) - names)
     if unknown:

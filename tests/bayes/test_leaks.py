@@ -97,6 +97,7 @@ def fit(tmp_path_factory) -> dict:
                                log_likelihood={"y": chains(loglik)})  # fmt: skip
         bare.to_netcdf(d / "loglik_only.nc")
         full.to_datatree().to_zarr(d / "fit.zarr", mode="w")
+        arviz.from_dict(posterior_predictive={"y": chains(y_rep)}).to_netcdf(d / "predictive.nc")
     _cmdstan_csv(d / "fit.csv", {"beta": beta, "sigma": sigma, "log_lik": loglik, "y_rep": y_rep})
     np.savez(d / "fit.npz", beta=beta, sigma=sigma, a=mu, b=y_rep)
     return {"dir": d, "X": X, "y": y, "beta": beta, "sigma": sigma, "loglik": loglik}
@@ -227,6 +228,7 @@ def test_strip_reports_what_it_removed_and_keeps_what_is_asked(fit, tmp_path, ca
         ("strip {d}/missing.nc {d}/out.nc", "no file"),
         ("strip {d}/fit.zarr {d}/fit.zarr", "OUT is IN"),
         ("strip {d}/fit.csv {d}/out.csv --rows 0", "--rows must be at least 1"),
+        ("strip {d}/predictive.nc {d}/out.nc", "no 'posterior' group"),
     ],
 )
 def test_strip_bad_input_exits_2_with_one_line(fit, capsys, argv, message):
