@@ -31,6 +31,7 @@ from recon_core.command import Subparsers
 from recon_core.errors import ReconError
 
 if typing.TYPE_CHECKING:
+    from bayes_recon.leaks import Finding
     from bayes_recon.pipeline import PosteriorProblem
 
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
@@ -452,7 +453,7 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _file_leaks(args: argparse.Namespace, problem: PosteriorProblem) -> list[Any]:
+def _file_leaks(args: argparse.Namespace, problem: PosteriorProblem) -> list[Finding]:
     """What the user's draws files give away besides the draws, said first (none for a posteriordb
     posterior's reference draws: they are not the user's file)."""
     from bayes_recon.leaks import file_leaks
@@ -464,7 +465,7 @@ def _file_leaks(args: argparse.Namespace, problem: PosteriorProblem) -> list[Any
     return leaks
 
 
-def describe_leaks(findings: Sequence[Any], where: str) -> str:
+def describe_leaks(findings: Sequence[Finding], where: str) -> str:
     """One line per group or variable of the draws file that reveals rows, and what it reveals."""
     if not findings:
         return f"{where}: the posterior draws alone; nothing else in the file reveals rows of the data.\n"
@@ -473,13 +474,12 @@ def describe_leaks(findings: Sequence[Any], where: str) -> str:
         "bayes-recon strip IN OUT writes a copy without them):"
     ]
     for f in findings:
-        label = f.variable if f.group == "columns" else f"{f.group}/{f.variable}"
         shape = "x".join(map(str, f.shape)) or "scalar"
         recovered = ""
         if f.rows_recovered is not None:
             error = "" if f.max_error is None else f", max error {f.max_error:.3g} against --data"
             recovered = f"; through the model, {f.rows_recovered} rows recovered from it{error}"
-        lines.append(f"  {f.severity:6}  {label} ({shape}): {f.reveals}{recovered}")
+        lines.append(f"  {f.severity:6}  {f.label} ({shape}): {f.reveals}{recovered}")
     return "\n".join(lines) + "\n"
 
 

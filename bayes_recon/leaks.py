@@ -12,7 +12,7 @@ Published posterior files often carry more than the posterior draws:
   an ``.npz``) reveal each row through the model as well.
 
 :func:`read_release` reads a draws file as it is (netCDF or zarr InferenceData / DataTree,
-CmdStan CSV files, ``.npz``), :func:`find_leaks` lists what it holds beyond the draws and
+CmdStan CSV files, ``.npz``, posteriordb JSON), :func:`find_leaks` lists what it holds beyond the draws and
 :func:`strip` writes a copy without it. Nothing here prints.
 
 **Which variables are per row.** A variable is per row when one of its axes (after the draws axis,
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from bayes_recon.draws import from_stan_names
+from bayes_recon.draws import from_stan_names, group_stan_names
 from bayes_recon.precision import float64
 from recon_core.errors import ReconError
 from recon_core.jsonio import jsonable
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from bayes_recon.pipeline import PosteriorProblem
 
 Severity = Literal["high", "medium"]
+Format = Literal["netcdf", "zarr", "cmdstan", "npz", "json"]
 Kind = Literal["data", "log_likelihood", "predictive", "per_row"]
 
 DATA_GROUPS = ("observed_data", "constant_data", "predictions_constant_data")
@@ -64,7 +65,7 @@ PREDICTIVE_GROUPS = {
 }
 KEPT_GROUPS = ("posterior", "sample_stats")  # what strip keeps of an InferenceData
 ROWS_GROUPS = ("log_likelihood", "posterior_predictive")  # per row by their group (rule 3)
-CSV_GROUP = "columns"  # CmdStan CSV files and .npz archives have no groups: their variables sit here
+CSV_GROUP = "columns"  # CmdStan CSV, .npz and JSON files have no groups: their variables sit here
 SAMPLER_GROUP = "sample_stats"
 _LOGLIK_NAME = re.compile(r"^(log_?lik(elihood)?|loglik|ll)(_\w*)?$", re.IGNORECASE)
 _ROW_NAME = re.compile(
@@ -103,7 +104,7 @@ class Release:
     """A draws file as stored: its format and every variable of every group."""
 
     paths: tuple[Path, ...]
-    format: Literal["netcdf", "zarr", "cmdstan", "npz"]
+    format: Format
     variables: tuple[Variable, ...]
 
     def groups(self) -> list[str]:
@@ -123,6 +124,10 @@ class Finding:
     rows_recovered: int | None = None
     max_error: float | None = None
 
+    @property
+    def label(self) -> str:
+        return self.variable if self.group == CSV_GROUP else f"{self.group}/{self.variable}"
+
     def to_json(self) -> dict[str, Any]:
         return jsonable(
             {
@@ -138,34 +143,39 @@ class Finding:
 
 
 def read_release(paths: Sequence[str | Path]) -> Release:
-    """Every variable of a draws file (netCDF, zarr, CmdStan CSV files, .npz), chains joined."""
+    """Every variable of a draws file (netCDF, zarr, CmdStan CSV files, .npz, posteriordb JSON), chains
+    joined."""
     files = tuple(Path(p).expanduser() for p in paths)
     missing = [str(f) for f in files if not f.exists()]
     if missing:
-        raise ReconError(f"no file {', '.join(missing)}; give a .nc, .zarr, CmdStan .csv or .npz file")
+        raise ReconError(f"no file {', '.join(missing)}; give a .nc, .zarr, CmdStan .csv, .npz or .json file")
     kind = _format(files)
     if kind == "cmdstan":
         return Release(files, kind, tuple(_cmdstan_variables(files)))
     if len(files) > 1:
         raise ReconError(f"several files are read as CmdStan CSV files, one per chain; got {len(files)}")
     if kind == "npz":
-        return Release(files, kind, tuple(_npz_variables(files[0])))
+        return Release(files, kind, tuple(_arrays(_npz(files[0]))))
+    if kind == "json":
+        return Release(files, kind, tuple(_arrays(_json_draws(files[0]))))
     return Release(files, kind, tuple(_tree_variables(files[0], kind)))
 
 
-def _format(files: Sequence[Path]) -> Literal["netcdf", "zarr", "cmdstan", "npz"]:
+def _format(files: Sequence[Path]) -> Format:
     suffixes = {f.suffix.lower() for f in files}
     if suffixes == {".csv"}:
         return "cmdstan"
     if suffixes == {".npz"}:
         return "npz"
+    if suffixes == {".json"}:
+        return "json"
     if suffixes == {".zarr"}:
         return "zarr"
     if suffixes <= {".nc", ".nc4", ".netcdf"}:
         return "netcdf"
     raise ReconError(
         f"cannot tell the format of {', '.join(map(str, files))}; give ArviZ .nc or .zarr, CmdStan .csv "
-        "file(s) or a NumPy .npz"
+        "file(s), a NumPy .npz or posteriordb .json"
     )
 
 
@@ -208,14 +218,39 @@ def _cmdstan_variables(files: Sequence[Path]) -> list[Variable]:
     ]
 
 
-def _npz_variables(file: Path) -> list[Variable]:
+def _npz(file: Path) -> dict[str, np.ndarray]:
     import zipfile
 
     try:
         with np.load(file, allow_pickle=False) as archive:
-            arrays = {k: np.asarray(archive[k]) for k in archive.files}
+            return {k: np.asarray(archive[k]) for k in archive.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
         raise ReconError(f"{file} is not a NumPy .npz archive ({err}); save it with numpy.savez") from None
+
+
+def _json_draws(file: Path) -> dict[str, np.ndarray]:
+    """posteriordb's reference draws (a list of chains), or a JSON object {name: values}."""
+    import json
+
+    from bayes_recon.posteriordb import chains_to_draws
+
+    try:
+        content = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ReconError(f"{file} is not valid JSON ({err})") from None
+    if isinstance(content, list):
+        return group_stan_names(chains_to_draws(content, str(file)), f"draws in {file}")
+    if not isinstance(content, dict):
+        raise ReconError(f"{file} should hold a list of chains or a JSON object {{name: values}}")
+    try:
+        return group_stan_names({str(k): np.asarray(v, dtype=float) for k, v in content.items()})
+    except (TypeError, ValueError) as err:
+        raise ReconError(f"{file} has values that are not numbers ({err})") from None
+
+
+def _arrays(arrays: Mapping[str, np.ndarray]) -> list[Variable]:
+    """Arrays of one file with no groups (.npz, JSON): those whose leading length is the most common
+    (the number of draws) are taken as draws."""
     lengths = Counter(len(v) for v in arrays.values() if v.ndim >= 1)
     draws = max(lengths, key=lambda n: (lengths[n], n)) if lengths else 0
     return [Variable(CSV_GROUP, k, v, v.ndim >= 1 and len(v) == draws) for k, v in arrays.items()]
@@ -539,6 +574,11 @@ def strip(
     """
     source, target = Path(source).expanduser(), Path(target).expanduser()
     release = read_release([source])
+    if release.format == "json":
+        raise ReconError(
+            f"strip writes .nc, .zarr, CmdStan .csv and .npz files, not JSON; convert {source} first "
+            "(numpy.savez of its draws)"
+        )
     if _format([target]) != release.format:
         raise ReconError(
             f"{target} is not a {release.format} file name as {source} is; give OUT the same suffix "

@@ -100,6 +100,10 @@ def fit(tmp_path_factory) -> dict:
         arviz.from_dict(posterior_predictive={"y": chains(y_rep)}).to_netcdf(d / "predictive.nc")
     _cmdstan_csv(d / "fit.csv", {"beta": beta, "sigma": sigma, "log_lik": loglik, "y_rep": y_rep})
     np.savez(d / "fit.npz", beta=beta, sigma=sigma, a=mu, b=y_rep)
+    halves = [slice(0, N_DRAWS // 2), slice(N_DRAWS // 2, N_DRAWS)]
+    named = {f"beta[{j + 1}]": beta[:, j] for j in range(3)} | {"sigma": sigma}
+    named |= {f"log_lik[{i + 1}]": loglik[:, i] for i in range(N_ROWS)}
+    (d / "fit.json").write_text(json.dumps([{k: v[h].tolist() for k, v in named.items()} for h in halves]))
     return {"dir": d, "X": X, "y": y, "beta": beta, "sigma": sigma, "loglik": loglik}
 
 
@@ -131,7 +135,7 @@ def test_loglik_is_read_once_when_stored_twice(fit):
     np.testing.assert_array_equal(matrix, fit["loglik"])
 
 
-def test_findings_on_cmdstan_csv_and_npz(fit):
+def test_findings_on_cmdstan_csv_posteriordb_json_and_npz(fit):
     """No observed data: N is the length the per-row names share (log_lik, y_rep), or the length
     two unnamed arrays share."""
     csv = read_release([fit["dir"] / "fit.csv"])
@@ -141,6 +145,8 @@ def test_findings_on_cmdstan_csv_and_npz(fit):
         "columns/y_rep": "a per-row quantity for 30 rows over 200 draws (fitted values or another "
         "function of each row)",
     }
+    posteriordb = read_release([fit["dir"] / "fit.json"])
+    assert _labels(find_leaks(posteriordb)) == {"columns/log_lik": "log p(x_i|θ) for 30 rows over 200 draws"}
     npz = read_release([fit["dir"] / "fit.npz"])
     assert {f.variable for f in find_leaks(npz)} == {"a", "b"}
     assert find_leaks(npz, n_rows=7) == []  # N given: no axis of length 7
@@ -229,6 +235,7 @@ def test_strip_reports_what_it_removed_and_keeps_what_is_asked(fit, tmp_path, ca
         ("strip {d}/fit.zarr {d}/fit.zarr", "OUT is IN"),
         ("strip {d}/fit.csv {d}/out.csv --rows 0", "--rows must be at least 1"),
         ("strip {d}/predictive.nc {d}/out.nc", "no 'posterior' group"),
+        ("strip {d}/fit.json {d}/out.json", "not JSON"),
     ],
 )
 def test_strip_bad_input_exits_2_with_one_line(fit, capsys, argv, message):
