@@ -105,6 +105,7 @@ class Audit:
     mitigation: list[dict[str, Any]]
     config: AuditConfig
     seconds: float
+    file_leaks: list[dict[str, Any]] = field(default_factory=list)  # bayes_recon.leaks.Finding.to_json()
 
     @property
     def truth(self) -> WeightedMeasure:
@@ -136,6 +137,7 @@ class Audit:
                 "oracle_errors": self.oracle_errors,
                 "mitigation": self.mitigation,
                 "history": _best_history(self.attack),
+                "file_leaks": self.file_leaks,
             }
         )
 

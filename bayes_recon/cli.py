@@ -31,6 +31,7 @@ from recon_core.command import Subparsers
 from recon_core.errors import ReconError
 
 if typing.TYPE_CHECKING:
+    from bayes_recon.leaks import Finding
     from bayes_recon.pipeline import PosteriorProblem
 
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
@@ -443,11 +444,43 @@ def _check(args: argparse.Namespace) -> int:
 
     _writable(args.json, "--json")
     config = IdentifiabilityConfig(max_degree=args.max_degree)
-    check = check_posterior(_problem(args), config=config)
+    problem = _problem(args)
+    leaks = _file_leaks(args, problem)
+    check = check_posterior(problem, config=config)
     _say(describe_identifiability(check))
     if args.json:
-        _write_json(args.json, check.to_json())
+        _write_json(args.json, {"file_leaks": [f.to_json() for f in leaks], **check.to_json()})
     return 0
+
+
+def _file_leaks(args: argparse.Namespace, problem: PosteriorProblem) -> list[Finding]:
+    """What the user's draws files give away besides the draws, said first (none for a posteriordb
+    posterior's reference draws: they are not the user's file)."""
+    from bayes_recon.leaks import file_leaks
+
+    if args.model is None or not Path(args.draws[0]).expanduser().exists():  # a posteriordb name
+        return []
+    leaks = file_leaks(args.draws, problem)
+    _say(describe_leaks(leaks, " ".join(args.draws)))
+    return leaks
+
+
+def describe_leaks(findings: Sequence[Finding], where: str) -> str:
+    """One line per group or variable of the draws file that reveals rows, and what it reveals."""
+    if not findings:
+        return f"{where}: the posterior draws alone; nothing else in the file reveals rows of the data.\n"
+    lines = [
+        f"{where} gives away more than the posterior draws ({len(findings)} group(s) or variable(s); "
+        "bayes-recon strip IN OUT writes a copy without them):"
+    ]
+    for f in findings:
+        shape = "x".join(map(str, f.shape)) or "scalar"
+        recovered = ""
+        if f.rows_recovered is not None:
+            error = "" if f.max_error is None else f", max error {f.max_error:.3g} against --data"
+            recovered = f"; through the model, {f.rows_recovered} rows recovered from it{error}"
+        lines.append(f"  {f.severity:6}  {f.label} ({shape}): {f.reveals}{recovered}")
+    return "\n".join(lines) + "\n"
 
 
 def describe_identifiability(check: Any) -> str:
@@ -556,8 +589,10 @@ def _audit(args: argparse.Namespace) -> int:
     )
     problem = _problem(args)
     check_memory(problem, args.points, recon)
+    leaks = _file_leaks(args, problem)
     with _progress_bar(not args.quiet, problem.name) as progress:
         audit = audit_posterior(problem, config=config, progress=progress)
+    audit = dataclasses.replace(audit, file_leaks=[f.to_json() for f in leaks])
     _say(describe_identifiability(audit.check))
     _say(
         f"\nThe attack ({config.n_points} points, {audit.curve[-1].draws} draws); verdict: recovered below "
@@ -597,11 +632,59 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def register_strip(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "strip",
+        help="copy a draws file with the posterior draws alone: no data, log-likelihood, predictions or "
+        "per-row quantities",
+    )
+    p.add_argument("input", metavar="IN", help="ArviZ .nc or .zarr, a CmdStan .csv file or a NumPy .npz")
+    p.add_argument("output", metavar="OUT", help="the copy, in the same format (IN is never overwritten)")
+    p.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="keep variable NAME even though it is per row (repeat or comma-separate)",
+    )
+    p.add_argument(
+        "--rows",
+        type=int,
+        metavar="N",
+        help="the number of data rows, when the file holds no observed_data: variables with an axis of "
+        "length N are per row (default: read from the file's per-row groups and names)",
+    )
+    p.set_defaults(run=_strip)
+
+
+def _strip(args: argparse.Namespace) -> int:
+    from bayes_recon.leaks import strip
+
+    source, target = Path(args.input).expanduser(), Path(args.output).expanduser()
+    if not source.exists():
+        raise ReconError(f"strip: no file {source}; give the draws file to copy")
+    if target.resolve() == source.resolve():
+        raise ReconError(f"strip: OUT is IN ({source}); write the copy to another file, IN is kept as it is")
+    if target.suffix.lower() == ".zarr" and target.exists():  # a zarr store is a folder: not replaced
+        raise ReconError(f"strip OUT {target}: it exists; remove it first or choose another name")
+    _writable(args.output, "strip OUT")
+    if args.rows is not None and args.rows < 1:
+        raise ReconError(f"--rows must be at least 1 (the number of data rows), got {args.rows}")
+    keep = [n.strip() for item in args.keep for n in item.split(",") if n.strip()]
+    stripped = strip(source, target, keep, args.rows)
+    removed = stripped.removed_groups + stripped.removed_variables
+    _say(f"removed from {source}: {', '.join(removed) if removed else 'nothing (it holds the draws alone)'}")
+    _say(f"kept: {', '.join(stripped.kept)}")
+    _say(f"wrote {target}")
+    return 0
+
+
 SUBCOMMANDS: list[command.Register] = [
     register_reconstruct,
     register_list,
     register_check,
     register_audit,
+    register_strip,
 ]
 
 

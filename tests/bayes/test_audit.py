@@ -6,6 +6,7 @@ HTML it writes is opened in headless Chromium, which must decode every embedded 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -72,6 +73,14 @@ def test_json_holds_the_reports_numbers(audit):
     assert len(history["total_mass"]) == sum(history["stage_steps"]) == len(history["var"]["kid_score"])
     assert set(history["mean"]) == {"mom_iq", "kid_score"}
     assert data["identifiable"]["matches_sufficient_statistics"] is True
+
+
+def test_json_holds_the_draws_files_leaks(audit):
+    """The CLI puts what the draws file gives away (bayes_recon.leaks) into the audit, for the report."""
+    leak = {"group": "log_likelihood", "variable": "y", "shape": [4000, 434], "reveals": "log p(x_i|θ)",
+            "severity": "high", "rows_recovered": 434, "max_error": 1e-12}  # fmt: skip
+    assert audit.to_json()["file_leaks"] == []
+    assert dataclasses.replace(audit, file_leaks=[leak]).to_json()["file_leaks"] == [leak]
 
 
 def test_noise_is_split_evenly_over_the_statistics_in_units_of_one_record():

@@ -385,7 +385,8 @@ def test_check_on_the_users_model_names_the_statistics(files, capsys):
     argv = ["check", "--model", f"{files}/linear.py:model", "--draws", str(files / "fit.nc"), "--free", "x,y"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert out.startswith("linear.py:model: the draws pin down 6 statistics")
+    assert out.startswith(f"{files / 'fit.nc'}: the posterior draws alone; nothing else in the file")
+    assert "\nlinear.py:model: the draws pin down 6 statistics" in out
     assert "Σ x·y" in out and "Σ y²" in out
 
 
