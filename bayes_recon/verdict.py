@@ -233,9 +233,9 @@ def headline(found: Findings) -> Headline:
 
 
 def _largest_error(quantities: list[Quantity]) -> str:
-    """`` (largest error 2.3 %, the variance of x)``: the attack's worst among ``quantities``."""
+    """`` (largest error 2.3 %, on the variance of x)``: the attack's worst among ``quantities``."""
     worst = max(quantities, key=lambda q: q.error)
-    which = "" if len(quantities) == 1 else f", {describe([worst])}"
+    which = "" if len(quantities) == 1 else f", on {'N' if worst.kind == 'count' else describe([worst])}"
     return f" (largest error {percent(worst.error)}{which})"
 
 
@@ -323,9 +323,10 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         )
     else:
         spread = (
-            f"One of {found.restarts} restarts reached the best objective, so there is no spread between "
-            "restarts to compare (more with --restarts)."
-        )
+            "The attack ran one restart"
+            if found.restarts == 1
+            else f"Only one of {found.restarts} restarts reached the best objective"
+        ) + ", so there is no spread between restarts to compare (more with --restarts)."
     return check, spread
 
 
