@@ -223,7 +223,7 @@ CLOSE_ENOUGH = 0.05  # GLM: a largest relative error below this is the missing p
 
 def _stationarity_finding(entry: Entry) -> Finding:
     n = entry.rows[0][2]
-    counts = {threshold: count for threshold, count, *_ in entry.rows}
+    counts = {row[0]: row[1] for row in entry.rows}
     top = max(counts)
     low = min(counts)
     short = f"{counts[top]} of {n} training images reconstructed at SSIM ≥ {top:g}"
@@ -237,6 +237,11 @@ def _stationarity_finding(entry: Entry) -> Finding:
         f"bound for the network ({count(entry.settings['runs finished'], 'run')} of "
         f"{count(entry.settings['steps'], 'step')}: a longer attack may reconstruct more)."
     )
+    if distinct[top] < counts[top]:
+        sure += (
+            f" The {counts[top]} matches share {count(distinct[top], 'reconstruction')}: one reconstruction "
+            "resembling several training images counts for each."
+        )
     advice = (
         "Against the stationarity attack, retrain with weight decay (nn-recon train --weight-decay) or stop "
         "before convergence (--max-steps, --target-loss), then audit again (neither is measured here).",
