@@ -574,6 +574,7 @@ def _audit(args: argparse.Namespace) -> int:
     from bayes_recon.audit import AuditConfig, audit_posterior
     from bayes_recon.pipeline import _check_arguments, check_memory
     from bayes_recon.report import write_report
+    from bayes_recon.verdict import findings, headline
 
     _writable(args.json, "--json")
     _writable(args.report, "--report")
@@ -593,6 +594,7 @@ def _audit(args: argparse.Namespace) -> int:
     with _progress_bar(not args.quiet, problem.name) as progress:
         audit = audit_posterior(problem, config=config, progress=progress)
     audit = dataclasses.replace(audit, file_leaks=[f.to_json() for f in leaks])
+    _say(headline(findings(audit)).text() + "\n")
     _say(describe_identifiability(audit.check))
     _say(
         f"\nThe attack ({config.n_points} points, {audit.curve[-1].draws} draws); verdict: recovered below "

@@ -1,21 +1,22 @@
 """One self-contained HTML page for an :class:`bayes_recon.audit.Audit`: tables and PNG plots inline.
 
 The page needs no network: the plots are base64 data URIs drawn with matplotlib (Agg), the style
-is inline. It shows the model and the release, the identifiable statistics, the recovered-vs-true
+is inline. It opens with the verdict (:mod:`bayes_recon.verdict`: may the draws be published?), then
+shows the model and the release, the identifiable statistics, the recovered-vs-true
 table with verdicts, leakage against the number of draws, the convergence of the attack (total
 mass, weighted means and variances per step, the true value as a dashed line) and the mitigation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bayes_recon.audit import Audit
-from recon_core.htmlpage import escape, figure_image, page, table, write
+from bayes_recon.verdict import findings, headline
+from recon_core.htmlpage import Cell, escape, figure_image, page, table, write
 
 
 def write_report(audit: Audit, path: str | Path) -> Path:
@@ -28,7 +29,6 @@ def render(audit: Audit) -> str:
     release, config = data["release"], audit.config
     check = audit.check.identifiability
     sections = [
-        f"<h1>Leakage audit: {escape(audit.name)}</h1>",
         "<h2>Model and release</h2>",
         table(
             ("", ""),
@@ -67,7 +67,19 @@ def render(audit: Audit) -> str:
         f"{config.partly_below:g}, else <b>not</b>. MMD between the true and the reconstructed data under "
         f"the model kernel, relative to the truth's norm: {audit.curve[-1].relative_mmd:.3g} "
         "(0: the release cannot tell them apart).</p>",
-        _leakage_table(audit.rows),
+        table(
+            ("statistic", "true", "recovered", "error", "verdict"),
+            [
+                (
+                    r["statistic"],
+                    f"{r['true']:.6g}",
+                    f"{r['recovered']:.6g}",
+                    f"{r['error']:.3g}",
+                    Cell(r["verdict"], r["verdict"]),
+                )
+                for r in audit.rows
+            ],
+        ),
     ]
     if audit.oracle_errors is not None:
         errors = ", ".join(f"{k} {v:.3g}" for k, v in audit.oracle_errors.items())
@@ -102,39 +114,21 @@ def render(audit: Audit) -> str:
     ]
     if audit.mitigation:
         sections += ["<h2>Mitigation: posterior from noisy sufficient statistics</h2>", _mitigation(audit)]
-    return page(f"Leakage audit: {audit.name}", sections)
-
-
-def _leakage_table(rows: Sequence[dict[str, Any]]) -> str:
-    head = (
-        "<tr>"
-        + "".join(f"<th>{h}</th>" for h in ("statistic", "true", "recovered", "error", "verdict"))
-        + "</tr>"
-    )
-    body = "".join(
-        f"<tr><td>{escape(r['statistic'])}</td><td>{r['true']:.6g}</td><td>{r['recovered']:.6g}</td>"
-        f"<td>{r['error']:.3g}</td><td class='{r['verdict']}'>{r['verdict']}</td></tr>"
-        for r in rows
-    )
-    return f"<table>{head}{body}</table>"
+    return page(f"Leakage audit: {audit.name}", headline(findings(audit)), sections)
 
 
 def _mitigation(audit: Audit) -> str:
-    rows = [
-        (
-            "no noise (the release audited above)",
-            "",
-            *(f"{v:.3g}" for v in (audit.oracle_errors or {}).values()),
-            "0",
-        )
-    ]
+    def errors(values: dict[str, float]) -> list[Cell]:
+        return [Cell(f"{v:.3g}", audit.config.verdict(v)) for v in values.values()]
+
+    rows = [("no noise (the release audited above)", "", *errors(audit.oracle_errors or {}), "0")]
     for m in audit.mitigation:
         mechanism = m["mechanism"] + ("" if m["delta"] is None else f", δ = {m['delta']:g}")
         rows.append(
             (
                 f"ε = {m['epsilon']:g} ({mechanism})",
                 f"{m['noise_scale']:.3g}",
-                *(f"{v:.3g}" for v in m["errors"].values()),
+                *errors(m["errors"]),
                 f"{m['posterior_mean_shift_sd']:.3g}",
             )
         )
@@ -144,8 +138,9 @@ def _mitigation(audit: Audit) -> str:
         "those units); the posterior is sampled from the noisy statistics (as many draws as the audited "
         "release) and attacked by the exact optimum (oracle). Scale-free errors of what the attacker "
         "recovers (larger = less leakage), and what the noise costs the posterior's user: the largest "
-        "shift of a parameter's posterior mean, in posterior standard deviations. The clipping bounds "
-        "here are the data's own range, as if public: choose them without the data for a real release.</p>"
+        "shift of a parameter's posterior mean, in posterior standard deviations; each error is coloured "
+        "by the verdict it would get in the table above. The clipping bounds here are the data's own "
+        "range, as if public: choose them without the data for a real release.</p>"
     )
     header = ("release", "noise scale", "N", "XᵀX", "Xᵀy", "yᵀy", "posterior mean shift (sd)")
     return note + table(header, rows)

@@ -591,10 +591,11 @@ def register_audit(subparsers: Subparsers) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from nn_recon.audit import LOADERS, collect, render, to_json
+    from nn_recon.audit import LOADERS, collect, headline, render, to_json
     from recon_core.htmlpage import write
 
     entries = collect({attack: getattr(args, attack) for attack in LOADERS})
+    _say(headline(entries).text() + "\n")
     for entry in entries:
         _say(f"{entry.attack}: {entry.source}")
     _say(f"wrote {write(render(entries), args.report)}")

@@ -6,20 +6,105 @@ import json
 import shutil
 import subprocess
 from collections.abc import Callable
+from html import escape as html_escape
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from recon_core.headline import NOT_FOR_PUBLICATION
+
 ImageSizes = list[tuple[bool, int, int]]
+WINDOW = (1280, 800)  # the browser window of the layout check: the verdict must fit in its first screen
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--window-size={WINDOW[0]},{WINDOW[1]}"]  # fmt: skip
+
+
+def _browser() -> str:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    return browser
+
+
+class _Body(HTMLParser):
+    """The first element inside <body>, and whether any text came before it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_body, self.first, self.text_before = False, None, ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "body":
+            self.in_body = True
+        elif self.in_body and self.first is None:
+            self.first = (tag, dict(attrs))
+
+    def handle_data(self, data: str) -> None:
+        if self.in_body and self.first is None:
+            self.text_before += data.strip()
+
+
+def first_in_body(html: str) -> tuple[str, dict[str, str | None]]:
+    """The first element of the page's body (tag, attributes); fails if text precedes it."""
+    parser = _Body()
+    parser.feed(html)
+    assert parser.first is not None and parser.text_before == "", parser.text_before
+    return parser.first
+
+
+@pytest.fixture
+def verdict_first() -> Callable[[str], None]:
+    """Checks that a report opens with its verdict: the first thing in <body>, with the
+    not-for-publication warning and the page's heading inside it, before any other section."""
+
+    def check(html: str) -> None:
+        tag, attrs = first_in_body(html)
+        assert (tag, attrs.get("id")) == ("section", "verdict")
+        verdict = html[html.index("<section id='verdict'") : html.index("</section>")]
+        assert html_escape(NOT_FOR_PUBLICATION) in verdict and "<h1>" in verdict and "What to do" in verdict
+        assert html.index("</section>") < html.index("<h2>")
+
+    return check
+
+
+@pytest.fixture
+def chromium_layout(tmp_path) -> Callable[[Path], tuple[float, Path]]:
+    """Opens an HTML page in headless Chromium in a 1280 × 800 window: returns the bottom of its
+    verdict block in CSS pixels (from getBoundingClientRect, written into the DOM by a script) and a
+    screenshot of the first screen. Skips where Chromium is not installed."""
+    browser = _browser()
+
+    def open_page(page: Path) -> tuple[float, Path]:
+        probe = tmp_path / f"layout-{page.name}"
+        script = (
+            "<script>window.addEventListener('load', () => { const out = document.createElement('pre');"
+            " out.id = 'layout'; out.textContent = document.getElementById('verdict')"
+            ".getBoundingClientRect().bottom; document.body.appendChild(out); });</script>"
+        )
+        probe.write_text(page.read_text().replace("</body>", script + "</body>"))
+        profile = tmp_path / "profile"
+        run = [browser, *BROWSER_FLAGS, f"--user-data-dir={profile}"]
+        dom = subprocess.run(
+            [*run, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
+        )
+        assert '<pre id="layout">' in dom.stdout, dom.stderr[-2000:]
+        bottom = float(dom.stdout.split('<pre id="layout">')[1].split("</pre>")[0])
+        png = tmp_path / f"{page.stem}.png"
+        shot = subprocess.run([*run, f"--screenshot={png}", page.as_uri()], capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        assert png.is_file() and png.stat().st_size > 0, shot.stderr[-2000:]
+        return bottom, png
+
+    return open_page
 
 
 @pytest.fixture
 def chromium_images(tmp_path) -> Callable[[Path], tuple[ImageSizes, str]]:
     """Opens an HTML page in headless Chromium; returns every image's (loaded, width, height) as
     decoded by the browser, and the page's DOM. Skips where Chromium is not installed."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    browser = _browser()
 
     def open_page(page: Path) -> tuple[ImageSizes, str]:
         # A copy that writes every image's decoded size into the DOM once the page has loaded.

@@ -20,7 +20,7 @@ from bayes_recon.mitigation import Perturbation, noisy_statistics, remaining_lea
 from bayes_recon.models import lookup
 from bayes_recon.pipeline import load_problem
 from bayes_recon.reconstruct import ReconConfig
-from bayes_recon.report import write_report
+from bayes_recon.report import render, write_report
 from recon_core.measure import WeightedMeasure
 
 NAME = "kidiq-kidscore_momiq"
@@ -62,6 +62,19 @@ def test_report_plots_render_in_headless_chromium(audit, tmp_path, chromium_imag
     assert len(sizes) == 2  # the draws curve and the convergence panels
     assert all(complete and width > 100 and height > 100 for complete, width, height in sizes)
     assert "Σ mom_iq·kid_score" in dom
+
+
+def test_report_opens_with_the_verdict(audit, verdict_first):
+    html = render(audit)
+    verdict_first(html)
+    verdict = html[: html.index("</section>")]
+    assert "What the draws reveal" in verdict and "How sure the audit is" in verdict
+    assert "Release fewer draws: with the first 100 draws" in verdict  # the audit's own curve
+
+
+def test_verdict_fits_the_first_screen(audit, tmp_path, chromium_layout):
+    bottom, screenshot = chromium_layout(write_report(audit, tmp_path / "audit.html"))
+    assert 0 < bottom <= 800 and screenshot.stat().st_size > 10_000
 
 
 def test_json_holds_the_reports_numbers(audit):
@@ -116,7 +129,8 @@ def test_audit_command_writes_report_and_json(tmp_path, capsys, monkeypatch, aud
     monkeypatch.setattr(module, "audit_posterior", lambda *args, **kwargs: audit)
     argv = ["--quiet", "audit", "--report", str(tmp_path / "a.html"), "--json", str(tmp_path / "a.json")]
     assert main(argv) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("VERDICT: ") and out.index("not for publication") < out.index("Σ mom_iq²")
     assert "Σ mom_iq²" in out and "Leakage against the number of draws" in out
     assert json.loads((tmp_path / "a.json").read_text())["posterior"] == NAME
     assert (tmp_path / "a.html").read_text().startswith("<!DOCTYPE html>")

@@ -11,7 +11,12 @@ import pytest
 from recon_core import htmlpage, progress
 from recon_core.errors import ReconError, require_at_least, require_positive
 from recon_core.files import write_atomically
+from recon_core.headline import NOT_FOR_PUBLICATION, Headline, percent
 from recon_core.jsonio import jsonable
+
+HEADLINE = Headline(
+    "Not as it is: <N> leaks.", "recovered", (("What it reveals", ("N.",)), ("What to do", ("a", "b")))
+)
 
 
 def test_write_atomically_replaces_the_file_whole(tmp_path):
@@ -62,5 +67,29 @@ def test_progress_is_silent_unless_turned_on(capsys):
 def test_page_pieces_escape_their_text():
     table = htmlpage.table(["name", "<b>"], [["a&b", 1]])
     assert "&lt;b&gt;" in table and "a&amp;b" in table
-    page = htmlpage.page("t<itle>", [table])
+    page = htmlpage.page("t<itle>", HEADLINE, [table])
     assert page.startswith("<!DOCTYPE html>") and "<title>t&lt;itle&gt;</title>" in page
+
+
+def test_page_opens_with_the_verdict_block(verdict_first):
+    page = htmlpage.page("audit", HEADLINE, ["<h2>Details</h2>", htmlpage.table(("a",), [[1]])])
+    verdict_first(page)
+    assert "<section id='verdict' class='recovered'>" in page and "Not as it is: &lt;N&gt; leaks." in page
+    assert "<li>a</li><li>b</li>" in page and "<dd>N.</dd>" in page  # one sentence bare, several a list
+
+
+def test_headline_text_answers_first_and_warns_last():
+    lines = HEADLINE.text(width=60).splitlines()
+    assert lines[0] == "VERDICT: Not as it is: <N> leaks."
+    assert lines[1:5] == ["  What it reveals:", "  - N.", "  What to do:", "  - a"]
+    assert " ".join(lines).endswith(f"({NOT_FOR_PUBLICATION})")
+    assert [percent(x) for x in (0.0123, 0.47, 2.36, 0, 1e-9)] == [
+        "1.2\u00a0%", "47\u00a0%", "236\u00a0%", "0\u00a0%", "under 0.01\u00a0%"
+    ]  # fmt: skip
+
+
+def test_table_colours_cells_by_verdict():
+    row = ["x", htmlpage.Cell("0.01", "recovered"), htmlpage.Cell("<b>", "not")]
+    assert htmlpage.table(("",), [row]) == (
+        "<table><tr><td>x</td><td class='recovered'>0.01</td><td class='not'>&lt;b&gt;</td></tr></table>"
+    )

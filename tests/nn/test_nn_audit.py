@@ -3,8 +3,10 @@ inversion run written by the functions their commands save with, and a ``glm`` r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +15,10 @@ from sklearn.linear_model import Ridge
 
 from nn_recon.attacks.inversion import AttackReport, InversionConfig
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, InformedAttackResult
+from nn_recon.audit import Entry, headline
 from nn_recon.cli import main
 from nn_recon.metrics import InformedScores
+from recon_core.headline import percent
 from recon_core.measure import WeightedMeasure
 
 RNG = np.random.default_rng(0)
@@ -106,7 +110,57 @@ def test_grids_render_in_headless_chromium(report, chromium_images):
     assert "training images reconstructed" in dom and "success_rate" in dom
 
 
-def test_glm_run_end_to_end(tmp_path):
+def test_report_opens_with_the_verdict(report, verdict_first):
+    html, _, inputs, summary = report
+    text = html.read_text()
+    verdict_first(text)
+    ssim = np.array(json.loads((inputs["stationarity"] / "match.json").read_text())["ssim"])
+    verdict = text[: text.index("</section>")]
+    assert f"{np.sum(ssim >= 0.6)} of {len(ssim)} training images reconstructed at SSIM ≥ 0.6" in verdict
+    assert f"{percent(summary['success_rate'])} of the missing training images" in verdict
+    assert "Model inversion" in verdict
+
+
+def test_verdict_fits_the_first_screen(report, chromium_layout):
+    bottom, screenshot = chromium_layout(report[0])
+    assert 0 < bottom <= 800 and screenshot.stat().st_size > 10_000
+
+
+def _entry(attack, rows, **settings):
+    return Entry(attack, Path("out"), settings, ("",), rows)
+
+
+def test_verdict_words_follow_the_results():
+    none = _entry(
+        "stationarity", [(0.4, 0, 20, 0, None), (0.6, 0, 20, 0, None)], steps=10, **{"runs finished": 1}
+    )
+    weak = _entry(
+        "stationarity", [(0.4, 3, 20, 2, 12.0), (0.6, 0, 20, 0, None)], steps=10, **{"runs finished": 2}
+    )
+    informed = _entry("informed", [("mean_mse", 0.08), ("mean_oracle_mse", 0.03), ("success_rate", 0.01)],
+                      targets=300, shadows=2000, **{"farm.dp.epsilon": 10.0, "farm.epochs": 100})  # fmt: skip
+    safe = headline([none, informed])
+    assert safe.severity == "not" and safe.answer.startswith("As far as these attacks can tell, yes: 0 of 20")
+    assert "1 run of 10 steps" in safe.text() and dict(safe.points)["What to do"] == (
+        "Nothing by this audit's measure.",
+    )
+    partly = headline([weak, informed])
+    assert partly.severity == "partly" and "(3 at SSIM ≥ 0.4)" in partly.text()
+    [advice] = dict(partly.points)["What to do"]
+    assert "--weight-decay" in advice and "--max-steps" in advice
+    leaked = dataclasses.replace(
+        informed, rows=[("mean_mse", 0.02), ("mean_oracle_mse", 0.03), ("success_rate", 0.8)]
+    )
+    found = headline([weak, leaked])
+    assert found.severity == "recovered" and found.answer.startswith("Not as it is.")
+    assert "80\u00a0% of the missing training images (RecoNN)" in found.answer
+    assert "success rate 80\u00a0% ± 4.5\u00a0% (95 %, over 300 targets)" in found.text()
+    assert any(
+        "DP-GD (nn-recon shadows --epsilon; now ε = 10)" in a for a in dict(found.points)["What to do"]
+    )
+
+
+def test_glm_run_end_to_end(tmp_path, capsys):
     rng = np.random.default_rng(3)
     x = rng.normal(size=(30, 3))
     y = x @ np.array([1.0, -2.0, 0.5]) + rng.normal(size=30)
@@ -119,7 +173,13 @@ def test_glm_run_end_to_end(tmp_path):
     assert main(["--quiet", "glm", "--model", files["glm"], "--known", files["known"],
                  "--truth", files["truth"], "--out", str(out)]) == 0  # fmt: skip
     html, data = tmp_path / "out.html", tmp_path / "out.json"
+    capsys.readouterr()
     assert main(["--quiet", "audit", "--glm", str(out), "--report", str(html), "--json", str(data)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith(
+        "VERDICT: Not as it is. The attacks reconstruct training data from it: the missing"
+    )
+    assert "not for publication" in printed
     [entry] = json.loads(data.read_text())["attacks"]
     assert entry["attack"] == "glm" and entry["grid"] is None
     assert entry["settings"] == {"model": files["glm"], "known": files["known"], "family": "gaussian",

@@ -1,0 +1,377 @@
+"""The audit's answer to "may I publish these draws?", in words generated from its results.
+
+:func:`findings` reads an :class:`~bayes_recon.audit.Audit` into plain numbers (:class:`Findings`);
+:func:`headline` words them. What the release reveals is said as the quantities a reader knows
+(N, a column's mean, variance, the covariance of two) whenever an identifiable statistic is one
+of them given the others; their errors are the attack's on those quantities themselves:
+
+- N: relative error;
+- a mean: |Δ mean| / mean of |x| (the relative error when x keeps one sign);
+- a variance: relative error;
+- a covariance: |Δ cov| / (sd_x sd_y), i.e. in units of the correlation;
+
+and any other statistic (Σ mom_hs·mom_iq², a combination of logs) is named as the audit names it,
+with its scale-free error. Each is judged by the audit's thresholds (recovered / partly / not).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import numpy as np
+
+from recon_core.headline import Headline, Severity, number, percent, words
+
+if TYPE_CHECKING:
+    from bayes_recon.audit import Audit, Verdict
+    from bayes_recon.identifiability import Statistic, Variable
+    from recon_core.measure import WeightedMeasure
+
+Kind = Literal["count", "mean", "variance", "covariance", "statistic"]
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One thing the release may reveal: ``variables`` are column labels (the statistic's own name for
+    kind "statistic"); ``error``: the attack's error on it (see the module's docstring)."""
+
+    kind: Kind
+    variables: tuple[str, ...]
+    error: float
+
+
+@dataclass(frozen=True)
+class SmallerRelease:
+    """The first ``draws`` draws as the release: how many of the ``statistics`` are still recovered."""
+
+    draws: int
+    recovered: int
+    statistics: int
+    largest_error: float
+
+
+@dataclass(frozen=True)
+class NoisyRelease:
+    """The posterior from noisy sufficient statistics at ``epsilon``: the attacker's smallest error over
+    N, XᵀX, Xᵀy, yᵀy, how many of those four it still recovers, and how far the posterior mean moved."""
+
+    epsilon: float
+    mechanism: str
+    smallest_error: float
+    recovered: int
+    mean_shift_sd: float
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the verdict is worded from. ``noisy``: None where the model has no noise mechanism here (not a
+    Gaussian linear regression), empty where it has one but no ε was audited. ``file_leaks``: data found
+    in the released file itself (group, variable, shape, reveals, rows_recovered, max_error)."""
+
+    rows: float
+    columns: tuple[str, ...]
+    statistics: int
+    quantities: tuple[Quantity, ...]
+    recovered_below: float
+    partly_below: float
+    reproduces: bool
+    self_check: str
+    restarts: int
+    restarts_agreeing: int
+    restart_spread: float
+    smaller: tuple[SmallerRelease, ...]
+    noisy: tuple[NoisyRelease, ...] | None
+    file_leaks: tuple[Mapping[str, Any], ...] = ()
+
+    def verdict(self, error: float) -> Verdict:
+        if error < self.recovered_below:
+            return "recovered"
+        return "partly" if error < self.partly_below else "not"
+
+    def judged(self, verdict: Verdict) -> list[Quantity]:
+        return [q for q in self.quantities if self.verdict(q.error) == verdict]
+
+
+def findings(audit: Audit) -> Findings:
+    """The audit's results as the verdict needs them."""
+    config, recon = audit.config, audit.attack.reconstruction
+    check = audit.check.identifiability
+    final = recon.restart_objectives
+    agreeing = int(np.sum(final <= final.min() + 0.01 * max(abs(final.min()), 1e-12)))  # as restart_spread
+    smaller = tuple(
+        SmallerRelease(
+            p.draws,
+            sum(r["verdict"] == "recovered" for r in p.rows),
+            len(p.rows),
+            max(r["error"] for r in p.rows),
+        )
+        for p in audit.curve[:-1]
+    )
+    noisy = tuple(
+        NoisyRelease(
+            m["epsilon"],
+            m["mechanism"],
+            min(m["errors"].values()),
+            sum(config.verdict(e) == "recovered" for e in m["errors"].values()),
+            m["posterior_mean_shift_sd"],
+        )
+        for m in audit.mitigation
+    )
+    return Findings(
+        rows=audit.truth.total_mass(),
+        columns=tuple(v.label for v in check.variables),
+        statistics=len(check.statistics),
+        quantities=quantities(check.statistics, audit.rows, audit.truth, audit.attack.measure),
+        recovered_below=config.recovered_below,
+        partly_below=config.partly_below,
+        reproduces=recon.self_check.reproduces,
+        self_check=recon.self_check.summary(),
+        restarts=len(final),
+        restarts_agreeing=agreeing,
+        restart_spread=max(recon.restart_spread().values()),
+        smaller=smaller,
+        noisy=None if audit.attack.entry.linear is None else noisy,
+        file_leaks=tuple(audit.file_leaks),
+    )
+
+
+def quantities(
+    statistics: Sequence[Statistic],
+    rows: Sequence[Mapping[str, Any]],
+    truth: WeightedMeasure,
+    recovered: WeightedMeasure,
+) -> tuple[Quantity, ...]:
+    """Each identifiable statistic as a count, mean, variance or covariance where it is one given the
+    others (a mean needs N; a variance or covariance also the columns' means), with the attack's error
+    on that quantity; otherwise the statistic itself with its row's scale-free error."""
+    powers = [s.terms[0][0] if len(s.terms) == 1 else None for s in statistics]
+    has_n = any(m is not None and not any(m) for m in powers)
+    means = {m.index(1) for m in powers if m is not None and sum(m) == 1}
+    out = []
+    for statistic, monomial, row in zip(statistics, powers, rows, strict=True):
+        factors = [] if monomial is None else [i for i, p in enumerate(monomial) for _ in range(p)]
+        moment = not factors or (has_n and means.issuperset(factors) and len(factors) <= 2)
+        if monomial is None or not moment:
+            out.append(Quantity("statistic", (statistic.name,), float(row["error"])))
+            continue
+        kind: Kind = ("count", "mean", "variance" if len(set(factors)) == 1 else "covariance")[len(factors)]
+        labels = tuple(statistic.variables[i].label for i in dict.fromkeys(factors))
+        out.append(
+            Quantity(kind, labels, _moment_error(kind, factors, statistic.variables, truth, recovered))
+        )
+    return tuple(out)
+
+
+def _moment_error(
+    kind: Kind,
+    factors: list[int],
+    variables: Sequence[Variable],
+    truth: WeightedMeasure,
+    other: WeightedMeasure,
+) -> float:
+    if kind == "count":
+        return abs(other.total_mass() - truth.total_mass()) / truth.total_mass()
+    (true_mean, true_cov, true_scale), (mean, cov, _) = _moments(truth, variables), _moments(other, variables)
+    i, j = factors[0], factors[-1]
+    if kind == "mean":
+        return float(abs(mean[i] - true_mean[i]) / true_scale[i])
+    return float(abs(cov[i, j] - true_cov[i, j]) / np.sqrt(true_cov[i, i] * true_cov[j, j]))
+
+
+def _moments(measure: WeightedMeasure, variables: Sequence[Variable]) -> tuple[np.ndarray, ...]:
+    """Weighted mean, covariance matrix and mean absolute value of the variables."""
+    values = np.stack([v.values(measure.points) for v in variables], axis=1)
+    weights = measure.weights / measure.total_mass()
+    mean = weights @ values
+    centred = values - mean
+    return mean, (centred.T * weights) @ centred, weights @ np.abs(values)
+
+
+def describe(quantities: Sequence[Quantity]) -> str:
+    """The quantities in words, grouped: "N and the means, variances and covariance of a and b"."""
+    by_kind = {kind: [q.variables for q in quantities if q.kind == kind] for kind in get_args(Kind)}
+    means, variances = ([v for (v,) in by_kind[k]] for k in ("mean", "variance"))
+    pairs = by_kind["covariance"]
+    parts = ["N (the number of rows)"] if by_kind["count"] else []
+    if means and means == variances:
+        heads = ["means" if len(means) > 1 else "mean", "variances" if len(means) > 1 else "variance"]
+        if len(means) > 1 and sorted(map(sorted, pairs)) == sorted(
+            map(sorted, itertools.combinations(means, 2))
+        ):
+            heads.append("covariances" if len(pairs) > 1 else "covariance")
+            pairs = []
+        parts.append(f"the {words(heads)} of {words(means)}")
+    else:
+        for head, columns in (("mean", means), ("variance", variances)):
+            if columns:
+                parts.append(f"the {head}{'s' if len(columns) > 1 else ''} of {words(columns)}")
+    parts += [f"the covariance of {a} and {b}" for a, b in pairs]
+    parts += [name for (name,) in by_kind["statistic"]]
+    return words(parts)
+
+
+def headline(found: Findings) -> Headline:
+    """The verdict: the answer, then what the release reveals, what it does not, how sure the audit is
+    and what to do, each sentence generated from ``found``."""
+    recovered, partly, missed = (found.judged(v) for v in ("recovered", "partly", "not"))
+    points: list[tuple[str, tuple[str, ...]]] = []
+    if found.file_leaks:
+        points.append(("The file itself", tuple(_file_leak(leak) for leak in found.file_leaks)))
+    reveals = []
+    if recovered:
+        reveals.append(f"{_capital(describe(recovered))}{_largest_error(recovered)}.")
+    if partly:
+        reveals.append(f"Roughly: {describe(partly)}{_largest_error(partly)}.")
+    points.append(("What the draws reveal", tuple(reveals) or ("Nothing the attack could recover.",)))
+    points.append(("What they do not reveal", _hidden(found, missed)))
+    points.append(("How sure the audit is", _confidence(found)))
+    points.append(("What to do", _advice(found, recovered + partly)))
+    return Headline(_answer(found, recovered, partly), _severity(found, recovered, partly), tuple(points))
+
+
+def _largest_error(quantities: list[Quantity]) -> str:
+    """`` (largest error 2.3 %, on the variance of x)``: the attack's worst among ``quantities``."""
+    worst = max(quantities, key=lambda q: q.error)
+    which = "" if len(quantities) == 1 else f", on {'N' if worst.kind == 'count' else describe([worst])}"
+    return f" (largest error {percent(worst.error)}{which})"
+
+
+def _answer(found: Findings, recovered: list[Quantity], partly: list[Quantity]) -> str:
+    if found.file_leaks:
+        return "No: the released file itself contains the data (see below), before any attack."
+    if recovered:
+        return f"Not as it is: publishing these draws publishes {describe(recovered)}."
+    if not found.reproduces:
+        return (
+            "Not sure: the attack's self-check failed, so the draws may reveal more than it recovered "
+            f"({'some statistics roughly' if partly else 'nothing'})."
+        )
+    if partly:
+        within = percent(found.recovered_below)
+        return f"With care: the draws reveal {describe(partly)} roughly, none of it to within {within}."
+    return (
+        f"As far as this attack can tell, yes: it recovered none of the {found.statistics} statistics "
+        "the draws depend on."
+    )
+
+
+def _severity(found: Findings, recovered: list[Quantity], partly: list[Quantity]) -> Severity:
+    if found.file_leaks or recovered:
+        return "recovered"
+    if not found.reproduces:
+        return "unsure"
+    return "partly" if partly else "not"
+
+
+def _file_leak(leak: Mapping[str, Any]) -> str:
+    shape = "×".join(map(str, leak["shape"]))
+    return (
+        f"The file itself contains the data: {leak['group']}/{leak['variable']} ({shape}) reveals "
+        f"{leak['reveals']}, {leak['rows_recovered']} rows recovered "
+        f"(largest error {leak['max_error']:.3g}). "
+        "Remove it with `bayes-recon strip IN OUT`."
+    )
+
+
+def _hidden(found: Findings, missed: list[Quantity]) -> tuple[str, ...]:
+    unknowns = found.rows * len(found.columns)
+    if found.statistics < unknowns:
+        rows = (
+            f"No single row: any data set with the same {found.statistics} statistics gives the same "
+            f"posterior, and {found.rows:g} rows of {len(found.columns)} columns leave "
+            f"{unknowns - found.statistics:g} numbers free; nor anything else outside these statistics "
+            "(higher moments, for one)."
+        )
+    else:
+        rows = (
+            f"Possibly the rows themselves: {found.statistics} statistics for {found.rows:g} rows of "
+            f"{len(found.columns)} columns may pin every row down."
+        )
+    if not missed:
+        return (rows,)
+    caveat = (
+        ""
+        if found.reproduces
+        else " (not recovered by this attack; its self-check failed, so they may still leak)"
+    )
+    return (
+        f"{_capital(describe(missed))}: errors of {percent(min(q.error for q in missed))} or more{caveat}.",
+        rows,
+    )
+
+
+def _confidence(found: Findings) -> tuple[str, ...]:
+    if found.reproduces:
+        check = (
+            "The errors above are measured against the true data, and the attack's self-check passes. "
+            f"{found.self_check}"
+        )
+    else:
+        check = (
+            f"Not sure. {found.self_check} What the attack recovered is measured against the true data and "
+            "stands; what it did not recover may still leak: rerun with more --restarts, --steps or --points."
+        )
+    if found.restarts_agreeing > 1:
+        agree = "agree" if found.restart_spread < found.recovered_below else "differ"
+        spread = (
+            f"{found.restarts_agreeing} of {found.restarts} restarts reached the best objective and {agree} "
+            f"on N and every column's mean and sd (largest spread {percent(found.restart_spread)})"
+            + ("." if agree == "agree" else ": the draws leave these open.")
+        )
+    else:
+        spread = (
+            "The attack ran one restart"
+            if found.restarts == 1
+            else f"Only one of {found.restarts} restarts reached the best objective"
+        ) + ", so there is no spread between restarts to compare (more with --restarts)."
+    return check, spread
+
+
+def _advice(found: Findings, leaked: list[Quantity]) -> tuple[str, ...]:
+    advice = (
+        ["Remove the data from the file before anything else: `bayes-recon strip IN OUT`."]
+        if found.file_leaks
+        else []
+    )
+    if not leaked:
+        return (
+            (*advice, "Nothing more by this audit's measure.")
+            if advice
+            else ("Nothing by this audit's measure.",)
+        )
+    if found.smaller:
+        each = "; ".join(
+            f"with the first {s.draws:,} draws, {s.recovered} of {s.statistics} statistics are still "
+            f"recovered (largest error {percent(s.largest_error)})"
+            for s in found.smaller
+        )
+        advice.append(f"Release fewer draws: {each}.")
+    if found.noisy == ():
+        advice.append(
+            "Release the posterior of noisy sufficient statistics: rerun the audit with --epsilon "
+            "0.1,1,10 to measure what the attacker still recovers and what the noise costs."
+        )
+    elif found.noisy:
+        each = "; ".join(
+            f"at ε = {n.epsilon:g} the attacker still recovers {n.recovered} of the 4 (N, XᵀX, Xᵀy, yᵀy; "
+            f"smallest error {percent(n.smallest_error)}) and the posterior mean moves by "
+            f"{number(n.mean_shift_sd)} sd"
+            for n in found.noisy
+        )
+        advice.append(
+            f"Release the posterior of noisy sufficient statistics ({found.noisy[0].mechanism}): {each}."
+        )
+    columns = list(dict.fromkeys(c for q in leaked if q.kind != "statistic" for c in q.variables))
+    if columns:
+        advice.append(
+            f"Coarsen a column before fitting (round or bin {words(columns)}): the draws then carry the "
+            "coarse values' statistics instead of the exact ones (not measured by this audit)."
+        )
+    return tuple(advice)
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -1,0 +1,171 @@
+"""The audit's verdict in words, from synthetic results (no attack is run)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bayes_recon.identifiability import Statistic, Variable
+from bayes_recon.verdict import (
+    Findings,
+    NoisyRelease,
+    Quantity,
+    SmallerRelease,
+    describe,
+    headline,
+    quantities,
+)
+from recon_core.measure import WeightedMeasure
+
+COLUMNS = ("mom_iq", "kid_score")
+
+
+def kidiq_like(error: float) -> Findings:
+    """N and both columns' means, variances and covariance, all off by ``error``; the attack checks out."""
+    moments = [Quantity("count", (), error)]
+    moments += [Quantity(kind, (c,), error) for kind in ("mean", "variance") for c in COLUMNS]
+    moments.append(Quantity("covariance", COLUMNS, error))
+    return Findings(
+        rows=434,
+        columns=COLUMNS,
+        statistics=6,
+        quantities=tuple(moments),
+        recovered_below=0.05,
+        partly_below=0.5,
+        reproduces=True,
+        self_check="The pseudo-data's posterior reproduces the release.",
+        restarts=2,
+        restarts_agreeing=2,
+        restart_spread=1e-7,
+        smaller=(SmallerRelease(100, 0, 6, 0.18),),
+        noisy=(NoisyRelease(1.0, "laplace", 0.86, 0, 236.0), NoisyRelease(10.0, "laplace", 0.0092, 4, 9.4)),
+    )
+
+
+def test_recovered_release_says_what_leaks_and_what_to_do():
+    found = headline(kidiq_like(0.012))
+    assert found.severity == "recovered"
+    assert found.answer == (
+        "Not as it is: publishing these draws publishes N (the number of rows) and the means, variances and "
+        "covariance of mom_iq and kid_score."
+    )
+    points = dict(found.points)
+    assert list(points) == ["What the draws reveal", "What they do not reveal", "How sure the audit is",
+                            "What to do"]  # fmt: skip
+    assert points["What the draws reveal"][0].endswith("(largest error 1.2\u00a0%, on N).")
+    assert points["What they do not reveal"][0].startswith("No single row: any data set with the same 6")
+    assert "self-check passes" in points["How sure the audit is"][0]
+    assert "largest spread under 0.01\u00a0%" in points["How sure the audit is"][1]
+    fewer, noise, coarsen = points["What to do"]
+    assert (
+        "with the first 100 draws, 0 of 6 statistics are still recovered (largest error 18\u00a0%)" in fewer
+    )
+    assert "at ε = 1 the attacker still recovers 0 of the 4" in noise and "moves by 236 sd" in noise
+    assert "round or bin mom_iq and kid_score" in coarsen
+
+
+def test_partly_and_not_recovered():
+    partly = headline(kidiq_like(0.2))
+    assert partly.severity == "partly" and partly.answer.startswith(
+        "With care: the draws reveal N (the number"
+    )
+    assert dict(partly.points)["What the draws reveal"][0].startswith("Roughly: N")
+    nothing = headline(kidiq_like(0.9))
+    assert nothing.severity == "not"
+    assert (
+        nothing.answer
+        == "As far as this attack can tell, yes: it recovered none of the 6 statistics the draws depend on."
+    )
+    assert dict(nothing.points)["What to do"] == ("Nothing by this audit's measure.",)
+
+
+def test_failed_self_check_makes_the_verdict_unsure():
+    failed = dataclasses.replace(
+        kidiq_like(0.9),
+        reproduces=False,
+        self_check="The pseudo-data's posterior does NOT reproduce the release.",
+    )
+    found = headline(failed)
+    assert found.severity == "unsure" and found.answer.startswith("Not sure: the attack's self-check failed")
+    points = dict(found.points)
+    assert points["How sure the audit is"][0].startswith("Not sure. The pseudo-data's posterior does NOT")
+    assert "may still leak" in points["What they do not reveal"][0]
+    # what was recovered is measured against the truth: a failed self-check does not soften it
+    assert (
+        headline(dataclasses.replace(failed, quantities=kidiq_like(0.01).quantities)).severity == "recovered"
+    )
+
+
+def test_file_leaks_come_first():
+    leak = {"group": "observed_data", "variable": "kid_score", "shape": [434], "reveals": "every value",
+            "rows_recovered": 434, "max_error": 0.0}  # fmt: skip
+    found = headline(dataclasses.replace(kidiq_like(0.012), file_leaks=(leak,)))
+    assert found.severity == "recovered"
+    assert found.answer.startswith("No: the released file itself contains the data")
+    label, (sentence,) = found.points[0]
+    assert label == "The file itself" and sentence.startswith(
+        "The file itself contains the data: observed_data/"
+    )
+    assert "bayes-recon strip IN OUT" in sentence
+    assert dict(found.points)["What to do"][0].startswith("Remove the data from the file")
+    text = found.text()
+    assert text.index("observed_data/kid_score (434)") < text.index("What the draws reveal")
+
+
+def test_no_noise_mechanism_and_one_restart():
+    found = dict(
+        headline(dataclasses.replace(kidiq_like(0.01), noisy=None, smaller=(), restarts_agreeing=1)).points
+    )
+    assert not any("noisy" in advice for advice in found["What to do"])
+    assert found["How sure the audit is"][1].startswith("Only one of 2 restarts reached the best objective")
+    asked = dict(headline(dataclasses.replace(kidiq_like(0.01), noisy=())).points)["What to do"]
+    assert any("rerun the audit with --epsilon" in advice for advice in asked)
+
+
+def test_describe_groups_what_it_can():
+    three = ("a", "b", "c")
+    moments = [Quantity(kind, (c,), 0.0) for kind in ("mean", "variance") for c in three]
+    assert describe(moments) == "the means and variances of a, b and c"
+    pairs = [Quantity("covariance", p, 0.0) for p in (("a", "b"), ("a", "c"), ("b", "c"))]
+    assert describe([*moments, *pairs]) == "the means, variances and covariances of a, b and c"
+    odd = [Quantity("mean", ("a",), 0.0), Quantity("statistic", ("Σ a·b²",), 0.0), pairs[0]]
+    assert describe(odd) == "the mean of a, the covariance of a and b and Σ a·b²"
+
+
+def test_quantities_measure_the_moments_they_name():
+    x, y = Variable("x", None, False, False), Variable("y", None, False, False)
+    variables = (x, y)
+
+    def statistic(*powers: tuple[int, int]) -> Statistic:
+        return Statistic(variables, tuple((p, 1.0) for p in powers))
+
+    powers = [[(0, 0)], [(1, 0)], [(2, 0)], [(1, 1)], [(0, 2)], [(1, 0), (0, 1)], [(0, 1)]]
+    statistics = [statistic(*p) for p in powers]
+    rng = np.random.default_rng(0)
+    truth = WeightedMeasure.empirical({"x": rng.normal(5, 2, 50), "y": rng.normal(-1, 1, 50)})
+    moved = WeightedMeasure(
+        {"x": truth.points["x"] * 1.1, "y": truth.points["y"] + 0.5}, np.full(50, 1.02)
+    )  # N +2 %, x's mean +10 %, x's variance +21 %, y's mean up by 0.5
+    rows = [{"error": 0.123}] * len(statistics)
+    found = quantities(statistics, rows, truth, moved)
+    assert [q.kind for q in found] == [
+        "count",
+        "mean",
+        "variance",
+        "covariance",
+        "variance",
+        "statistic",
+        "mean",
+    ]
+    assert found[0].error == pytest.approx(0.02)
+    assert found[1].error == pytest.approx(0.1)  # x > 0 here: the relative error of its mean
+    assert found[2].error == pytest.approx(0.21)
+    assert found[4].error == pytest.approx(0.0, abs=1e-12)  # a shift leaves y's variance alone
+    assert found[3].variables == ("x", "y") and found[3].error == pytest.approx(0.1 * abs(np.corrcoef(
+        truth.points["x"], truth.points["y"])[0, 1]), rel=1e-6)  # fmt: skip
+    assert found[5] == Quantity("statistic", ("Σ (x + y)",), 0.123)
+    # without N the sums are only sums; without y's mean, Σ x·y is not a covariance
+    assert {q.kind for q in quantities(statistics[1:], rows[1:], truth, moved)} == {"statistic"}
+    assert quantities(statistics[:-1], rows[:-1], truth, moved)[3].kind == "statistic"
