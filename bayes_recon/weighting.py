@@ -20,6 +20,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions import Distribution
+from numpyro.distributions.discrete import ZeroInflatedProbs
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 from numpyro.primitives import Messenger
 
@@ -56,8 +57,9 @@ class relax_support(Messenger):
     posterior. A count, rate or probability model's formula (``xlogy(y, λ) − λ − lgamma(y + 1)``
     for the Poisson) is the continuous relaxation whose value equals the model's own at the
     integers: pseudo-data of such a column move over the reals of the relaxed support
-    (:func:`bayes_recon.supports.column_supports`). The user's distribution is not modified: the
-    site gets an unvalidated copy.
+    (:func:`bayes_recon.supports.column_supports`). A zero-inflated count gets the relaxation of
+    :class:`_RelaxedZeroInflated`. The user's distribution is not modified: the site gets an
+    unvalidated copy.
     """
 
     def process_message(self, msg: dict[str, Any]) -> None:
@@ -65,11 +67,26 @@ class relax_support(Messenger):
             msg["fn"] = unvalidated(msg["fn"])
 
 
+class _RelaxedZeroInflated(ZeroInflatedProbs):
+    """A zero-inflated count evaluated at non-integers: log(gate·sinc²(y) + (1 − gate)·p(y)).
+
+    NumPyro's formula switches branch on ``y == 0``, which a relaxed pseudo-count never hits exactly:
+    the atom at zero, the point of the model, would be out of the pseudo-data's reach. sinc²(y) is
+    1 at 0 and 0 at every other integer, so this equals the model's log-probability at every count
+    and moves smoothly between them.
+    """
+
+    def log_prob(self, value: Array) -> Array:
+        count = jnp.log1p(-self.gate) + self.base_dist.log_prob(value)
+        return jnp.logaddexp(count, jnp.log(self.gate * jnp.sinc(value) ** 2 + 1e-300))
+
+
 def unvalidated(fn: Any) -> Any:
     """A shallow copy of a distribution (and of the distributions it wraps) with validation off."""
     if not isinstance(fn, Distribution):
         return fn
-    copy = object.__new__(type(fn))
+    kind = _RelaxedZeroInflated if isinstance(fn, ZeroInflatedProbs) else type(fn)
+    copy = object.__new__(kind)
     copy.__dict__.update({k: unvalidated(v) for k, v in fn.__dict__.items()})
     copy._validate_args = False
     return copy

@@ -12,7 +12,7 @@ from numpyro import handlers
 from numpyro.infer.util import potential_energy
 
 from bayes_recon.models import regression as m
-from bayes_recon.weighting import WeightedModel, weight_likelihood
+from bayes_recon.weighting import WeightedModel, unvalidated, weight_likelihood
 
 RNG = np.random.default_rng(20240501)
 
@@ -183,3 +183,22 @@ def test_log_density_is_differentiable_in_everything():
     g_theta, g_data, g_w = jax.grad(wm.log_density, argnums=(0, 1, 2))(theta, data, jnp.ones(n))
     assert g_theta.shape == (wm.dim,) and g_data["X"].shape == data["X"].shape and g_w.shape == (n,)
     np.testing.assert_allclose(np.asarray(g_w), np.asarray(wm.loglik_per_point(theta, data)), rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "zero_inflated",
+    [
+        dist.ZeroInflatedPoisson(0.3, 2.5),
+        dist.ZeroInflatedDistribution(dist.NegativeBinomial2(3.0, 2.0), gate_logits=-0.4),
+    ],
+)
+def test_a_zero_inflated_count_relaxes_to_its_own_formula_at_every_count(zero_inflated):
+    """The atom at zero stays in reach of a pseudo-count that is never exactly 0: between the counts
+    the relaxation is smooth, and at them it is the model's log-probability."""
+    relaxed = unvalidated(zero_inflated)
+    counts = jnp.arange(0.0, 12.0)
+    np.testing.assert_allclose(relaxed.log_prob(counts), zero_inflated.log_prob(counts), atol=1e-12)
+    near_zero = relaxed.log_prob(jnp.asarray(1e-4))
+    np.testing.assert_allclose(near_zero, zero_inflated.log_prob(jnp.asarray(0.0)), atol=1e-3)
+    between = jnp.linspace(0.05, 11.95, 50)
+    assert np.all(np.isfinite(jax.vmap(jax.grad(relaxed.log_prob))(between)))
