@@ -155,13 +155,14 @@ def attack_posterior(
     seed: int = 0,
     config: ReconConfig | None = None,
     progress: Progress | None = None,
+    checkpoint: str | Path | None = None,
 ) -> PosteriorAttack:
     """Reconstruct ``n_points`` weighted pseudo-data points from the reference draws of posterior ``name``.
 
     ``database``: a posteriordb ``posterior_database`` folder (or the clone holding it); None reads
     $POSTERIOR_DB_PATH or the embedded kidiq subset; ``name`` may also be a
-    :class:`PosteriorProblem` read already. ``progress(done, total)`` is passed on to
-    :func:`bayes_recon.reconstruct`.
+    :class:`PosteriorProblem` read already. ``progress(done, total)`` and ``checkpoint`` are passed on
+    to :func:`bayes_recon.reconstruct`.
     """
     config = _check_arguments(n_points, seed, config)
     problem = load_problem(name, database)
@@ -176,6 +177,7 @@ def attack_posterior(
         seed=seed,
         config=config,
         progress=progress,
+        checkpoint=checkpoint,
     )
     return PosteriorAttack(problem.name, problem.entry, reconstruction, problem.truth, seed, problem.database)
 
