@@ -365,27 +365,25 @@ def reconstruct(
         return jax.vmap(attack)(bases, keys)
 
     coarse_draws = z[subset]
-    compiled: Callable | None = None
+    finished = {} if store is None else {i: found for i in range(rounds) if (found := store.load(i))}
     compile_seconds = 0.0
-    outputs = []
-    for index in range(rounds):
-        stored = None if store is None else store.load(index)
-        if stored is None:
-            if compiled is None:
-                compiling = time.perf_counter()
-                cpu = jax.default_backend() == "cpu"
-                lowered = attack_round.lower(bases[:at_once], keys[:at_once], z, coarse_draws)
-                compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
-                compile_seconds = time.perf_counter() - compiling
-                _report(progress, index * at_once, config.restarts)  # compiled: running
-            # The last round is filled up with restarts again and cut back: one compiled shape.
-            batch = np.arange(index * at_once, (index + 1) * at_once) % config.restarts
-            ran = _run_round(compiled, bases[batch], keys[batch], z, coarse_draws, at_once, n_points)
-            stored = _round_arrays(ran)
-            if store is not None:
-                store.save(index, stored)
-        outputs.append(stored)
-        _report(progress, (index + 1) * at_once, config.restarts)
+    if len(finished) < rounds:
+        compiling = time.perf_counter()
+        cpu = jax.default_backend() == "cpu"
+        lowered = attack_round.lower(bases[:at_once], keys[:at_once], z, coarse_draws)
+        compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
+        compile_seconds = time.perf_counter() - compiling
+    _report(progress, len(finished) * at_once, config.restarts)  # compiled (or all found): running
+    for index in (i for i in range(rounds) if i not in finished):
+        # The last round is filled up with restarts again and cut back: one compiled shape.
+        batch = np.arange(index * at_once, (index + 1) * at_once) % config.restarts
+        finished[index] = _round_arrays(
+            _run_round(compiled, bases[batch], keys[batch], z, coarse_draws, at_once, n_points)
+        )
+        if store is not None:
+            store.save(index, finished[index])
+        _report(progress, len(finished) * at_once, config.restarts)
+    outputs = [finished[i] for i in range(rounds)]
     arrays = {k: np.concatenate([out[k] for out in outputs])[: config.restarts] for k in outputs[0]}
     values, final = arrays["objective"], arrays["final"]
     _check_finite(values, final, config)

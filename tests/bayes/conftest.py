@@ -72,10 +72,20 @@ def fake_reconstruct(monkeypatch):
     calls = []
 
     def reconstruct(
-        model, draws, free, fixed=None, support=None, n_points=50, seed=0, config=None, progress=None
+        model,
+        draws,
+        free,
+        fixed=None,
+        support=None,
+        n_points=50,
+        seed=0,
+        config=None,
+        progress=None,
+        checkpoint=None,
     ):
         calls.append(SimpleNamespace(model=model, draws=draws, free=free, fixed=fixed, support=support,
-                                     n_points=n_points, seed=seed, config=config))  # fmt: skip
+                                     n_points=n_points, seed=seed, config=config,
+                                     checkpoint=checkpoint))  # fmt: skip
         for done in range(4):
             if progress:
                 progress(done, 3)
