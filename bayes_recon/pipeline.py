@@ -85,7 +85,7 @@ class PosteriorAttack:
         return float(np.linalg.norm(gap) / np.linalg.norm(self.truth.weights @ features))
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-able summary: posterior, M, seed, objective, seconds, config and the rows."""
+        """A JSON-able summary: posterior, M, seed, objective, seconds (and compiling), config and rows."""
         recon = self.reconstruction
         return {
             "posterior": self.name,
@@ -95,6 +95,7 @@ class PosteriorAttack:
             "true_n": None if self.truth is None else jsonable(self.truth.total_mass()),
             "objective": jsonable(recon.objective),
             "seconds": jsonable(recon.seconds),
+            "compile_seconds": jsonable(recon.compile_seconds),
             "config": jsonable(dataclasses.asdict(recon.config)),
             "relative_mmd_model_kernel": jsonable(self.relative_mmd()),
             "self_check": jsonable(recon.self_check.to_json()),
