@@ -85,7 +85,7 @@ class PosteriorAttack:
         return float(np.linalg.norm(gap) / np.linalg.norm(self.truth.weights @ features))
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-able summary: posterior, M, seed, objective, seconds, config and the rows."""
+        """A JSON-able summary: posterior, M, seed, objective, seconds (and compiling), config and rows."""
         recon = self.reconstruction
         return {
             "posterior": self.name,
@@ -95,6 +95,7 @@ class PosteriorAttack:
             "true_n": None if self.truth is None else jsonable(self.truth.total_mass()),
             "objective": jsonable(recon.objective),
             "seconds": jsonable(recon.seconds),
+            "compile_seconds": jsonable(recon.compile_seconds),
             "config": jsonable(dataclasses.asdict(recon.config)),
             "relative_mmd_model_kernel": jsonable(self.relative_mmd()),
             "self_check": jsonable(recon.self_check.to_json()),
@@ -155,13 +156,14 @@ def attack_posterior(
     seed: int = 0,
     config: ReconConfig | None = None,
     progress: Progress | None = None,
+    checkpoint: str | Path | None = None,
 ) -> PosteriorAttack:
     """Reconstruct ``n_points`` weighted pseudo-data points from the reference draws of posterior ``name``.
 
     ``database``: a posteriordb ``posterior_database`` folder (or the clone holding it); None reads
     $POSTERIOR_DB_PATH or the embedded kidiq subset; ``name`` may also be a
-    :class:`PosteriorProblem` read already. ``progress(done, total)`` is passed on to
-    :func:`bayes_recon.reconstruct`.
+    :class:`PosteriorProblem` read already. ``progress(done, total)`` and ``checkpoint`` are passed on
+    to :func:`bayes_recon.reconstruct`.
     """
     config = _check_arguments(n_points, seed, config)
     problem = load_problem(name, database)
@@ -176,6 +178,7 @@ def attack_posterior(
         seed=seed,
         config=config,
         progress=progress,
+        checkpoint=checkpoint,
     )
     return PosteriorAttack(problem.name, problem.entry, reconstruction, problem.truth, seed, problem.database)
 

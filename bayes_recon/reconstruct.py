@@ -4,9 +4,9 @@ Pipeline: check the model and draws → map draws to unconstrained (and standard
 → build the score-matching objective of the weighted posterior → start: responses drawn from the
 model's predictive at the posterior mean, orders of magnitude of the covariates and the mass from
 a grid → optimise the pseudo-data in two stages (the cloud alone by Newton, then every point and
-weight by L-BFGS), every restart in one compiled program (in sequence on a CPU, batched by ``vmap``
-on an accelerator) → keep the restart with the lowest objective → return a
-:class:`WeightedMeasure` with its history.
+weight by L-BFGS), the restarts in rounds of one compiled program each (one restart per round on a
+CPU, all batched by ``vmap`` on an accelerator; each round can be kept in a checkpoint) → keep the
+restart with the lowest objective → return a :class:`WeightedMeasure` with its history.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property, partial
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -26,6 +27,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
+from bayes_recon.checkpoint import Checkpoint, fingerprint
 from bayes_recon.divergence import (
     ESTIMATORS,
     Coordinates,
@@ -64,8 +66,8 @@ class ReconConfig:
     ``batch_size``: minibatches of draws in that last stage (forces Adam; no polish); ``max_draws``
     keeps the first draws only. Every stage stops early once the objective stops changing.
 
-    ``restarts_at_once``: restarts batched together (``vmap``); the batches run one after another
-    in the compiled program (``lax.map``). Default: all at once on an accelerator, one at a time on
+    ``restarts_at_once``: restarts batched together (``vmap``) in one round; the rounds are calls,
+    one after another, of one compiled program. Default: all at once on an accelerator, one at a time on
     a CPU, where batching gains no arithmetic speed, makes every early-stopping loop run until the
     slowest restart stops, and takes longer to trace and compile (kidiq at M = 50: 7.6 s to run and
     21.9 s to compile one at a time, 10.3 s and 26.7 s batched).
@@ -273,13 +275,23 @@ def reconstruct(
     seed: int = 0,
     config: ReconConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
+    checkpoint: str | Path | None = None,
 ) -> Reconstruction:
     """Reconstruct ``n_points`` weighted pseudo-data points from posterior draws of ``model``.
 
     ``free``: the model's data arguments to reconstruct, as names (scalar per data point) or
     ``{name: trailing shape}``. ``fixed``: arguments the adversary knows, passed as is.
     ``support``: NumPyro constraints per free column (default real). ``draws``: a dict of
-    arrays, a NumPyro MCMC or an ArviZ object. ``progress(done, total)`` is called after every step.
+    arrays, a NumPyro MCMC or an ArviZ object.
+
+    The restarts run in rounds of ``config.restarts_at_once``, each a call of one compiled program
+    (which holds no host callback, so JAX's persistent compilation cache can keep it).
+    ``progress(done, total)``: restarts done out of all, called once the program is compiled (the
+    restarts run from then on) and after every round. ``checkpoint``: a folder where every
+    finished round is kept; a run with the same folder and the same attack takes the rounds found
+    there and runs only the rest, to the bitwise same result (see :mod:`bayes_recon.checkpoint`;
+    a folder of another attack is refused). It is left in place at the end: remove it with
+    :func:`bayes_recon.checkpoint.remove` once the result is safe.
     """
     config = config or ReconConfig()
     if isinstance(n_points, bool) or not isinstance(n_points, int | np.integer) or n_points < 1:
@@ -290,6 +302,13 @@ def reconstruct(
     theta = jnp.asarray(release.theta)
     if config.max_draws is not None:
         theta = theta[: config.max_draws]
+    at_once = config.resolved_restarts_at_once()
+    rounds = -(-config.restarts // at_once)
+    store = None
+    if checkpoint is not None:
+        attack = fingerprint(model, release.theta, layout.shapes, fixed, dict(layout.supports), n_points,
+                             seed, config, at_once)  # fmt: skip
+        store = Checkpoint.open(checkpoint, attack)
     coordinates = (
         Coordinates.standardised(theta)
         if config.coordinates == "standardised"
@@ -331,50 +350,47 @@ def reconstruct(
         max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
     )
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
-    at_once = config.resolved_restarts_at_once()
-    rounds = -(-config.restarts // at_once)
-    on_step = _progress_hook(progress, rounds * sum(stage_steps))
 
     @jax.jit
-    def run(bases: Array, keys: Array, draws: Array, coarse_draws: Array) -> tuple:
+    def attack_round(bases: Array, keys: Array, draws: Array, coarse_draws: Array) -> tuple:
+        """One round: ``at_once`` restarts (a leading axis), batched by ``vmap`` when more than one."""
         fns = objectives(draws, coarse_draws)
 
-        def attack(restart: tuple[Array, Array, Array]) -> tuple:
-            base, key, index = restart
-            first_step = index // at_once * sum(stage_steps)  # of this restart's round, for progress
-            params, *rest = _stages(fns, layout, begin, base, key, config, stage_steps, on_step, first_step)
+        def attack(base: Array, key: Array) -> tuple:
+            params, *rest = _stages(fns, layout, begin, base, key, config, stage_steps, None, jnp.asarray(0))
             return (pseudo.measure(layout, params, base), *rest)
 
-        restarts = (bases, keys, jnp.arange(config.restarts))
-        return jax.lax.map(attack, restarts, batch_size=at_once if at_once > 1 else None)  # 1: no vmap
+        if at_once == 1:
+            return jax.tree_util.tree_map(lambda leaf: leaf[None], attack(bases[0], keys[0]))
+        return jax.vmap(attack)(bases, keys)
 
-    compiling = time.perf_counter()
-    cpu = jax.default_backend() == "cpu"
-    compiled = run.lower(bases, keys, z, z[subset]).compile(CPU_COMPILER_OPTIONS if cpu else None)
-    compile_seconds = time.perf_counter() - compiling
-    # Dispatch is asynchronous: wait for the result before reporting the last step.
-    try:
-        measures, values, records, final, steps_taken = jax.block_until_ready(
-            compiled(bases, keys, z, z[subset])
+    coarse_draws = z[subset]
+    finished = {} if store is None else {i: found for i in range(rounds) if (found := store.load(i))}
+    compile_seconds = 0.0
+    if len(finished) < rounds:
+        compiling = time.perf_counter()
+        cpu = jax.default_backend() == "cpu"
+        lowered = attack_round.lower(bases[:at_once], keys[:at_once], z, coarse_draws)
+        compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
+        compile_seconds = time.perf_counter() - compiling
+    _report(progress, len(finished) * at_once, config.restarts)  # compiled (or all found): running
+    for index in (i for i in range(rounds) if i not in finished):
+        # The last round is filled up with restarts again and cut back: one compiled shape.
+        batch = np.arange(index * at_once, (index + 1) * at_once) % config.restarts
+        finished[index] = _round_arrays(
+            _run_round(compiled, bases[batch], keys[batch], z, coarse_draws, at_once, n_points)
         )
-    except jax.errors.JaxRuntimeError as err:
-        if "RESOURCE_EXHAUSTED" not in str(err):
-            raise
-        raise ReconError(
-            f"out of memory: {config.restarts} restart(s) × {n_points} points per stratum × "
-            f"{z.shape[0]} draws × {z.shape[1]} parameters did not fit ({str(err).splitlines()[0]}). "
-            "Use fewer points (--points), fewer draws (--max-draws), one restart (--restarts 1), "
-            "or minibatches of draws (--batch-size)."
-        ) from err
-    if progress:
-        progress(rounds * sum(stage_steps), rounds * sum(stage_steps))
-    values, final = np.asarray(values), np.asarray(final)
+        if store is not None:
+            store.save(index, finished[index])
+        _report(progress, len(finished) * at_once, config.restarts)
+    outputs = [finished[i] for i in range(rounds)]
+    arrays = {k: np.concatenate([out[k] for out in outputs])[: config.restarts] for k in outputs[0]}
+    values, final = arrays["objective"], arrays["final"]
     _check_finite(values, final, config)
     best = int(np.argmin(final))
-    points, weights = measures
     measure = WeightedMeasure(
-        {k: np.asarray(v[best]) for k, v in points.items()},
-        np.asarray(weights[best]),
+        {k.removeprefix("points/"): v[best] for k, v in arrays.items() if k.startswith("points/")},
+        arrays["weights"][best],
         {
             "attack": "bayes_recon.reconstruct",
             "estimator": estimator,
@@ -384,14 +400,13 @@ def reconstruct(
             "n_draws": int(z.shape[0]),
         },
     )
-    mass, mean, var = (np.asarray(r) for r in records)
     history = {
         "objective": values,
-        "total_mass": mass,
-        "mean": mean,
-        "var": var,
+        "total_mass": arrays["total_mass"],
+        "mean": arrays["mean"],
+        "var": arrays["var"],
         "stage_steps": np.asarray(stage_steps),
-        "steps_taken": np.asarray(steps_taken),
+        "steps_taken": arrays["steps_taken"],
     }
     return Reconstruction(
         measure,
@@ -542,19 +557,43 @@ def _with_responses(
     return pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
 
 
-def _progress_hook(progress: Callable[[int, int], None] | None, total: int) -> Callable[[Array], None] | None:
-    """A step callback that reports the overall step count (0-based index in) once per step."""
-    if progress is None:
-        return None
-    done = [0]
+def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(min(done, total), total)
 
-    def report(index: Array) -> None:
-        step = int(index) + 1
-        if step > done[0]:
-            done[0] = step
-            progress(step, total)
 
-    return report
+def _run_round(
+    compiled: Callable,
+    bases: Array,
+    keys: Array,
+    draws: Array,
+    coarse_draws: Array,
+    at_once: int,
+    n_points: int,
+) -> tuple:
+    """One compiled round, waited for (dispatch is asynchronous); running out of memory is said in words."""
+    try:
+        return jax.block_until_ready(compiled(bases, keys, draws, coarse_draws))
+    except jax.errors.JaxRuntimeError as err:
+        if "RESOURCE_EXHAUSTED" not in str(err):
+            raise
+        raise ReconError(
+            f"out of memory: {at_once} restart(s) at once × {n_points} points per stratum × "
+            f"{draws.shape[0]} draws × {draws.shape[1]} parameters did not fit "
+            f"({str(err).splitlines()[0]}). Use fewer points (--points), fewer draws (--max-draws), "
+            "one restart at a time (--restarts-at-once 1), or minibatches of draws (--batch-size)."
+        ) from err
+
+
+def _round_arrays(outputs: tuple) -> dict[str, np.ndarray]:
+    """A round's outputs as named host arrays with a leading restart axis (what a checkpoint keeps)."""
+    (points, weights), values, (mass, mean, var), final, steps_taken = outputs
+    named = {"weights": weights, "objective": values, "total_mass": mass, "mean": mean, "var": var,
+             "final": final, "steps_taken": steps_taken}  # fmt: skip
+    return {
+        **{f"points/{k}": np.asarray(v) for k, v in points.items()},
+        **{k: np.asarray(v) for k, v in named.items()},
+    }
 
 
 class CloudStage(NamedTuple):

@@ -72,10 +72,20 @@ def fake_reconstruct(monkeypatch):
     calls = []
 
     def reconstruct(
-        model, draws, free, fixed=None, support=None, n_points=50, seed=0, config=None, progress=None
+        model,
+        draws,
+        free,
+        fixed=None,
+        support=None,
+        n_points=50,
+        seed=0,
+        config=None,
+        progress=None,
+        checkpoint=None,
     ):
         calls.append(SimpleNamespace(model=model, draws=draws, free=free, fixed=fixed, support=support,
-                                     n_points=n_points, seed=seed, config=config))  # fmt: skip
+                                     n_points=n_points, seed=seed, config=config,
+                                     checkpoint=checkpoint))  # fmt: skip
         for done in range(4):
             if progress:
                 progress(done, 3)
@@ -83,7 +93,7 @@ def fake_reconstruct(monkeypatch):
         points = {name: rng.normal(90.0, 15.0, size=(n_points, *shape)) for name, shape in free.items()}
         measure = WeightedMeasure(points, np.full(n_points, TRUE_N / n_points))
         return SimpleNamespace(
-            measure=measure, objective=-1.5, seconds=0.25, config=config, history={},
+            measure=measure, objective=-1.5, seconds=0.25, compile_seconds=0.1, config=config, history={},
             self_check=_stand_in_self_check(calls[-1].seed != 13), restart_spread=lambda: {"total_mass": 0.0},
         )  # fmt: skip
 

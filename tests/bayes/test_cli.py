@@ -90,8 +90,8 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
     measure = WeightedMeasure({"x": np.arange(6.0).reshape(3, 2)}, np.ones(3))
     entry = SimpleNamespace(free=("x",))
     recon = SimpleNamespace(
-        measure=measure, objective=float("nan"), seconds=1.0, config=pipeline.ReconConfig(),
-        self_check=stand_in_self_check(True), restart_spread=dict,
+        measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
+        config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
     rows = attack.rows()

@@ -1,0 +1,110 @@
+"""Checkpointed attacks: a run stopped after its first round resumes to the bitwise same result, and a
+checkpoint of another attack is refused (exit 2 from the command line) unless started fresh."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import bayes_recon as br
+from bayes_recon.checkpoint import FINGERPRINT
+from bayes_recon.cli import main
+
+DRAWS = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
+CONFIG = br.ReconConfig(coarse_steps=0, steps=3, restarts=3, restarts_at_once=1)  # compiles in seconds
+
+
+def model(y=None):
+    mu = numpyro.sample("mu", dist.Normal(0, 10))
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, 1), obs=y)
+
+
+class Stopped(Exception):
+    """Stands in for the run being killed after its first round."""
+
+
+def attack(**options):
+    return br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=CONFIG, **options)
+
+
+def same(a: br.Reconstruction, b: br.Reconstruction) -> bool:
+    arrays = [
+        (a.measure.weights, b.measure.weights),
+        (a.restart_objectives, b.restart_objectives),
+        *((a.measure.points[k], b.measure.points[k]) for k in a.measure.points),
+        *((a.history[k], b.history[k]) for k in a.history),
+    ]
+    return a.best_restart == b.best_restart and all(np.array_equal(x, y) for x, y in arrays)
+
+
+def test_a_run_stopped_after_its_first_round_resumes_to_the_same_result(tmp_path):
+    reference = attack()
+    folder = tmp_path / "ckpt"
+
+    def stop_after_first_round(done: int, total: int) -> None:
+        if done == 1:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        attack(progress=stop_after_first_round, checkpoint=folder)
+    assert sorted(p.name for p in folder.iterdir()) == [FINGERPRINT, "round-00000.npz"]
+
+    reported: list[int] = []
+    resumed = attack(progress=lambda done, total: reported.append(done), checkpoint=folder)
+    assert reported == [1, 2, 3]  # the first round was read back; only the other two ran
+    assert same(resumed, reference)
+    assert resumed.history["objective"].shape[0] == 3 and resumed.history["steps_taken"].shape == (3, 4)
+
+    again = attack(checkpoint=folder)  # every round finished: nothing runs, nothing compiles
+    assert again.compile_seconds == 0 and same(again, reference)
+
+    with pytest.raises(br.ReconError, match=r"another attack \(it differs in: config\).*--fresh"):
+        br.reconstruct(
+            model, DRAWS, free=["y"], n_points=3, config=CONFIG.__class__(steps=4), checkpoint=folder
+        )
+    with pytest.raises(br.ReconError, match=r"differs in: seed"):
+        attack(seed=1, checkpoint=folder)
+
+
+def stale_checkpoint(folder):
+    folder.mkdir()
+    (folder / FINGERPRINT).write_text(json.dumps({"seed": 99}))
+    (folder / "round-00000.npz").write_bytes(b"")
+    return ["--quiet", "reconstruct", "--points", "3", "--checkpoint", str(folder)]
+
+
+def test_the_command_line_refuses_another_attacks_checkpoint(tmp_path, capsys):
+    """The real attack: it refuses before anything is compiled, and deletes nothing."""
+    folder = tmp_path / "ckpt"
+    assert main(stale_checkpoint(folder)) == 2
+    err = capsys.readouterr().err
+    assert "holds rounds of another attack" in err and "--fresh" in err and "Traceback" not in err
+    assert sorted(p.name for p in folder.iterdir()) == [FINGERPRINT, "round-00000.npz"]
+
+
+def test_fresh_deletes_the_checkpoint_first(tmp_path, fake_reconstruct):
+    folder = tmp_path / "ckpt"
+    assert main([*stale_checkpoint(folder), "--fresh"]) == 0
+    (call,) = fake_reconstruct
+    assert call.checkpoint == folder and not folder.exists()  # emptied before, removed after the outputs
+
+
+def test_the_checkpoint_defaults_to_beside_the_outputs(tmp_path, fake_reconstruct):
+    prefix, out_json = tmp_path / "measure", tmp_path / "out.json"
+    assert (
+        main(["--quiet", "reconstruct", "--points", "3", "--json", str(out_json), "--save", str(prefix)]) == 0
+    )
+    assert main(["--quiet", "reconstruct", "--points", "3", "--json", str(out_json)]) == 0
+    assert main(["--quiet", "reconstruct", "--points", "3"]) == 0
+    assert [c.checkpoint for c in fake_reconstruct] == [
+        tmp_path / "measure.ckpt",
+        tmp_path / "out.ckpt",
+        None,
+    ]
+    (tmp_path / "file").write_text("")
+    assert main(["--quiet", "reconstruct", "--checkpoint", str(tmp_path / "file")]) == 2
