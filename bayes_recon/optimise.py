@@ -182,21 +182,19 @@ def minimise(
     steps: int,
     config: OptimiserConfig,
     record: Callable[[Any], Any] = lambda params: (),
-    on_step: Callable[[Array], None] | None = None,
     tol: float = 1e-12,
     patience: int | None = None,
     hessian_objective: Objective | None = None,
     limit: Array | None = None,
-    step_offset: Array | int = 0,
 ) -> tuple[RunState, Array, Any, Array]:
     """Up to ``steps`` updates: final state, objective and ``record(params)`` per step, and steps taken.
 
     The loop stops early once ``patience`` steps in a row change the objective by less than
     ``tol`` (relative; never for Adam, whose objective may be a minibatch); the traces then repeat
     the final values, so they always have ``steps`` rows.
-    Under ``vmap`` (restarts) it runs until every restart has stopped. Pure and traceable.
-    ``on_step(step_offset + i)`` is called from inside the compiled loop (a host callback) after
-    step ``i``. ``limit``: a traced cap below ``steps`` (one compiled loop serving several stages).
+    Under ``vmap`` (restarts) it runs until every restart has stopped. Pure and traceable: no host
+    callback, so the compiled program can go to JAX's persistent cache. ``limit``: a traced cap
+    below ``steps`` (one compiled loop serving several stages).
     ``hessian_objective``: Newton's Hessian from this objective instead (see :func:`newton_optimiser`).
     """
     if steps == 0:
@@ -219,8 +217,6 @@ def minimise(
 
     def body(loop: Loop) -> Loop:
         new = optimiser.step(loop.state)
-        if on_step is not None:
-            jax.debug.callback(on_step, step_offset + loop.index)
         still = jnp.abs(new.value - loop.state.value) <= tol * jnp.maximum(1.0, jnp.abs(new.value))
         calm = jnp.where(still & (not stochastic), loop.calm + 1, 0)
         rest = jnp.arange(steps) >= loop.index

@@ -357,7 +357,7 @@ def reconstruct(
         fns = objectives(draws, coarse_draws)
 
         def attack(base: Array, key: Array) -> tuple:
-            params, *rest = _stages(fns, layout, begin, base, key, config, stage_steps, None, jnp.asarray(0))
+            params, *rest = _stages(fns, layout, begin, base, key, config, stage_steps)
             return (pseudo.measure(layout, params, base), *rest)
 
         if at_once == 1:
@@ -600,7 +600,6 @@ class CloudStage(NamedTuple):
     """One of the three Newton stages on the cloud; a table of them drives one compiled loop."""
 
     limit: Array  # its step cap (0: skipped)
-    offset: Array  # the overall index of its first step (progress)
     frozen_mass: Array  # the mass stays where the grid put it
     all_draws: Array  # value and gradient on every draw, responses free; else the subset, responses predicted
 
@@ -623,16 +622,13 @@ def _stages(
     key: Array,
     config: ReconConfig,
     stage_steps: tuple[int, int, int, int],
-    on_step: Callable[[Array], None] | None,
-    first_step: Array,
 ) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
     """Responses from the model's predictive and a grid search of the covariates' scales and the
     mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
 
     Returns the final parameters, the objective after every step, the recorded total mass,
     weighted means and variances per step, the objective on all draws at the end, and the
-    steps each stage took before it converged. ``first_step``: the overall index of its first step
-    (progress).
+    steps each stage took before it converged.
     """
     start = begin.params
     newton = OptimiserConfig("newton")
@@ -694,17 +690,14 @@ def _stages(
             config.coarse_steps,
             newton,
             lambda c: cloud_record(fitted(stage, c)),
-            on_step,
             hessian_objective=partial(subset_objective, stage),
             patience=2,  # Newton converges quadratically: two calm steps in a row are the end
             limit=stage.limit,
-            step_offset=first_step + stage.offset,
         )
         return final.params, (values, records, taken)
 
     table = CloudStage(
         limit=jnp.asarray(stage_steps[:3]),
-        offset=jnp.asarray(np.cumsum((0, *stage_steps[:2]))),
         frozen_mass=jnp.asarray([True, False, False]),
         all_draws=jnp.asarray([False, False, True]),
     )
@@ -722,8 +715,6 @@ def _stages(
         stage_steps[3],
         fine,
         record,
-        on_step,
-        step_offset=first_step + sum(stage_steps[:3]),
     )
     values = jnp.concatenate([*cloud_values, v3])
     records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
