@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -385,6 +386,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
             f"truth's norm: {attack.relative_mmd():.3g} (0: the release cannot tell them apart)"
         )
     _say(f"self-check: {recon.self_check.summary()}")
+    _say(f"restarts: {describe_restarts(recon)}")
     if args.json:
         _write_json(args.json, attack.to_json())
     if args.save:
@@ -526,6 +528,44 @@ def describe_leaks(findings: Sequence[Finding], where: str) -> str:
             recovered = f"; through the model, {f.rows_recovered} rows recovered from it{error}"
         lines.append(f"  {f.severity:6}  {f.label} ({shape}): {f.reveals}{recovered}")
     return "\n".join(lines) + "\n"
+
+
+# Restarts at the same objective whose statistics differ by more than this leave them open.
+RESTARTS_AGREE_BELOW = 0.05
+
+
+def describe_restarts(recon: Any) -> str:
+    """Whether the restarts that reached the best objective agree on N and the columns' moments."""
+    at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
+    if at_best < 2:
+        return (
+            f"{at_best} of {total} reached the best objective, so nothing to compare "
+            "(--restarts 2 or more shows how tightly the release determines N and the moments)."
+        )
+    spread = recon.restart_spread()
+    open_ = {k: v for k, v in spread.items() if v > RESTARTS_AGREE_BELOW}
+    if not open_:
+        return (
+            f"{at_best} of {total} reached the best objective and agree on N and every column's mean "
+            f"and sd (largest spread {max(spread.values()):.2%})."
+        )
+    labels = [  # the history's coordinates: the free columns flattened, in the measure's order
+        name if len(v.shape) == 1 else f"{name}[{j}]"
+        for name, v in recon.measure.points.items()
+        for j in range(math.prod(v.shape[1:]))
+    ]
+
+    def label(key: str) -> str:
+        if key == "total_mass":
+            return "N"
+        statistic, index = key.rstrip("]").split("[")
+        return f"the {statistic} of {labels[int(index)]}"
+
+    named = ", ".join(f"{label(k)} by {v:.0%}" for k, v in open_.items())
+    return (
+        f"{at_best} of {total} reached the best objective but differ on {named}: the release determines "
+        "these only loosely; read them as one data set it cannot tell from the truth, not as the truth."
+    )
 
 
 def describe_identifiability(check: Any) -> str:

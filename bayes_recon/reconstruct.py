@@ -163,13 +163,17 @@ class Reconstruction:
         it is read (seconds), then kept. See :mod:`bayes_recon.selfcheck`."""
         return round_trip(self.setup, self.measure.points, self.measure.weights)
 
+    def at_best(self) -> np.ndarray:
+        """Which restarts ended within 1 % (of its magnitude) of the best objective (restarts,)."""
+        final = self.restart_objectives
+        return final <= final.min() + 0.01 * max(abs(final.min()), 1e-12)
+
     def restart_spread(self) -> dict[str, float]:
         """Relative spread (max − min over the largest magnitude) of the total mass and of every free
         coordinate's weighted mean and sd, over the restarts whose final objective is within 1 % (of
         its magnitude) of the best: restarts that reach the same objective with different statistics
         show what the release leaves open."""
-        final = self.restart_objectives
-        close = final <= final.min() + 0.01 * max(abs(final.min()), 1e-12)
+        close = self.at_best()
         mass, mean, var = (self.history[k][:, -1][close] for k in ("total_mass", "mean", "var"))
 
         def spread(values: np.ndarray) -> float:

@@ -99,8 +99,7 @@ def findings(audit: Audit) -> Findings:
     """The audit's results as the verdict needs them."""
     config, recon = audit.config, audit.attack.reconstruction
     check = audit.check.identifiability
-    final = recon.restart_objectives
-    agreeing = int(np.sum(final <= final.min() + 0.01 * max(abs(final.min()), 1e-12)))  # as restart_spread
+    agreeing = int(np.sum(recon.at_best()))
     smaller = tuple(
         SmallerRelease(
             p.draws,
@@ -129,7 +128,7 @@ def findings(audit: Audit) -> Findings:
         partly_below=config.partly_below,
         reproduces=recon.self_check.reproduces,
         self_check=recon.self_check.summary(),
-        restarts=len(final),
+        restarts=len(recon.restart_objectives),
         restarts_agreeing=agreeing,
         restart_spread=max(recon.restart_spread().values()),
         smaller=smaller,

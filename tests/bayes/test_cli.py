@@ -174,3 +174,26 @@ def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
     assert len(measure) == 10 and measure.total_mass() == pytest.approx(
         by_name[("N (total mass)", None)]["recovered"]
     )
+
+
+def test_restarts_that_reach_one_objective_with_different_statistics_are_called_loose():
+    class Restarts:  # the three things describe_restarts reads from a Reconstruction
+        restart_objectives = np.array([-2.0, -2.0, -1.0])
+        measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
+
+        def __init__(self, spread: dict[str, float]) -> None:
+            self.spread = spread
+
+        def at_best(self) -> np.ndarray:
+            return np.array([True, True, False])
+
+        def restart_spread(self) -> dict[str, float]:
+            return self.spread
+
+    tight = {"total_mass": 0.001, "mean[0]": 0.002, "sd[0]": 0.0, "mean[2]": 0.01}
+    assert "agree on N and every column's mean and sd (largest spread 1.00%)" in cli.describe_restarts(
+        Restarts(tight)
+    )
+    loose = cli.describe_restarts(Restarts({**tight, "total_mass": 0.4, "sd[1]": 0.2}))
+    assert "2 of 3 reached the best objective but differ on N by 40%, the sd of X[1] by 20%" in loose
+    assert "only loosely" in loose
