@@ -41,7 +41,8 @@ from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import pack
 from bayes_recon.precision import float64
-from bayes_recon.reconstruct import AttackSetup, response_predictor
+from bayes_recon.reconstruct import AttackSetup
+from bayes_recon.stages import response_predictor
 from bayes_recon.supports import observed_columns
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure

@@ -1,12 +1,14 @@
 """The attack: posterior draws + an unmodified NumPyro model → a weighted pseudo-data measure.
 
 Pipeline: check the model and draws → map draws to unconstrained (and standardised) coordinates
-→ build the score-matching objective of the weighted posterior → start: responses drawn from the
-model's predictive at the posterior mean, orders of magnitude of the covariates and the mass from
-a grid → optimise the pseudo-data in two stages (the cloud alone by Newton, then every point and
-weight by L-BFGS), the restarts in rounds of one compiled program each (one restart per round on a
-CPU, all batched by ``vmap`` on an accelerator; each round can be kept in a checkpoint) → keep the
-restart with the lowest objective → return a :class:`WeightedMeasure` with its history.
+→ build the score-matching objective of the weighted posterior (:mod:`bayes_recon.objective`) →
+start: responses drawn from the model's predictive at the posterior mean, orders of magnitude of
+the covariates and the mass from a grid → optimise the pseudo-data in two stages (the cloud alone
+by Newton, then every point and weight by L-BFGS; the start and the stages are
+:mod:`bayes_recon.stages`), the restarts in rounds of one compiled program each (one restart per
+round on a CPU, all batched by ``vmap`` on an accelerator; each round can be kept in a checkpoint)
+→ keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history.
+This module holds that orchestration: the configuration, the rounds, the result.
 """
 
 from __future__ import annotations
@@ -21,26 +23,23 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro import handlers
 from numpyro.distributions.constraints import Constraint
-from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.checkpoint import Checkpoint, fingerprint
-from bayes_recon.divergence import (
-    ESTIMATORS,
-    Coordinates,
-    Estimator,
-    map_in_chunks,
-    rademacher_slices,
-    score_matching_objective,
-    score_matching_terms,
-)
+from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, rademacher_slices, score_matching_terms
 from bayes_recon.modelcheck import Free, prepare_release
-from bayes_recon.optimise import HESSIAN_BATCH, OptimiserConfig, minimise, tree_where
+from bayes_recon.objective import (
+    GRADIENT_BUDGET,
+    Objectives,
+    build_objective,
+    information_penalty,
+    value_size,
+)
+from bayes_recon.optimise import HESSIAN_BATCH
 from bayes_recon.precision import float64
 from bayes_recon.selfcheck import SelfCheck, round_trip
+from bayes_recon.stages import make_start, run_stages
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
@@ -188,9 +187,10 @@ class Reconstruction:
 
     def objective_terms(self, points: Mapping[str, Any], weights: Any) -> np.ndarray:
         """The attack's objective at any measure, one term per draw (S,) with the information penalty
-        (:func:`information_penalty`, zero for real data) added to each: their mean is the objective
-        there (``objective_terms(measure.points, measure.weights).mean() == objective``), so the
-        true data's value and its Monte Carlo error come from the same draws and slices."""
+        (:func:`bayes_recon.objective.information_penalty`, zero for real data) added to each: their
+        mean is the objective there (``objective_terms(measure.points, measure.weights).mean() ==
+        objective``), so the true data's value and its Monte Carlo error come from the same draws and
+        slices."""
         setup, metadata = self.setup, self.measure.meta
         n_draws, dim = setup.draws.shape
         estimator = metadata["estimator"]
@@ -211,61 +211,6 @@ class Reconstruction:
         terms = jax.jit(lambda z, v: score_matching_terms(log_q, z, v, estimator, at_once))
         penalty = information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data)
         return np.asarray(terms(setup.draws, slices) + penalty)
-
-
-Predictor = Callable[[Mapping[str, Array], Array], dict[str, Array]]
-
-
-def response_predictor(
-    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], params: Mapping[str, Array]
-) -> tuple[set[str], Predictor | None]:
-    """The free columns that are an observed site's values (responses), and a sampler of them given the rest.
-
-    Responses (kid_score, earn, y) have a generative model and covariates do not. Drawing the
-    responses from the model at the posterior mean ``params``, given the pseudo-covariates, puts
-    the weighted posterior's location right before any optimisation, whatever the data's scale.
-    The sampler takes its standard-normal noise (one column per response coordinate) and maps it
-    through the distribution's quantile function: with noise that is exactly uncorrelated with the
-    covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
-    """
-    probe = layout.probe(jax.random.PRNGKey(0), 3)
-
-    @jax.jit  # one compilation instead of one per operation of the model
-    def observed_values(probe: Mapping[str, Array]) -> dict[str, Array]:
-        trace = handlers.trace(
-            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-        ).get_trace(**fixed, **probe)
-        return {name: site["value"] for name, site in trace.items() if site.get("is_observed")}
-
-    sites = {
-        column: name
-        for name, site_value in observed_values(probe).items()
-        for column, value in probe.items()
-        if not pseudo.is_discrete(layout.support(column))
-        and jnp.shape(site_value) == jnp.shape(value)
-        and np.allclose(site_value, value)
-    }
-
-    def predict(data: Mapping[str, Array], noise: Array) -> dict[str, Array]:
-        covariates = {k: v for k, v in data.items() if k not in sites}
-        run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
-        sampled = run.get_trace(**fixed, **covariates)
-        out, start = {}, 0
-        for column, name in sites.items():
-            shape = jnp.shape(sampled[name]["value"])
-            width = int(np.prod(shape[1:], dtype=int))
-            quantile = jax.scipy.special.ndtr(noise[:, start : start + width].reshape(shape))
-            out[column] = sampled[name]["fn"].icdf(jnp.clip(quantile, 1e-12, 1 - 1e-12))
-            start += width
-        return out
-
-    if not sites:
-        return set(), None
-    try:
-        jax.eval_shape(predict, probe, jnp.zeros((3, len(layout.coordinates_of(set(sites))))))
-    except Exception:  # the model cannot sample its responses (no default argument, no quantile function)
-        return set(), None
-    return set(sites), predict
 
 
 @float64
@@ -338,21 +283,7 @@ def reconstruct(
 
     keys = jax.random.split(jax.random.PRNGKey(seed), config.restarts)
     bases = jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim))(keys)
-    posterior_mean = constrain_fn(
-        model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta.mean(axis=0))
-    )
-    responses, predict = response_predictor(model, layout, fixed, posterior_mean)
-    searched = tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses))
-    unit = pseudo.initial(n_points, layout)
-    # each candidate is evaluated at three masses (pseudo.at_best_mass) on the subset of draws
-    per_candidate = 3 * min(config.coarse_draws, z.shape[0]) * unit.points.logit.size
-    begin = Start(
-        unit,
-        partial(_with_responses, layout, responses, predict, unit.points),
-        searched,
-        tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
-        max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
-    )
+    begin = make_start(model, weighted, layout, theta, n_points, estimator, config)
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
 
     @jax.jit
@@ -361,7 +292,7 @@ def reconstruct(
         fns = objectives(draws, coarse_draws)
 
         def attack(base: Array, key: Array) -> tuple:
-            params, *rest = _stages(fns, layout, begin, base, key, config, stage_steps)
+            params, *rest = run_stages(fns, layout, begin, base, key, config, stage_steps)
             return (pseudo.measure(layout, params, base), *rest)
 
         if at_once == 1:
@@ -425,140 +356,11 @@ def reconstruct(
     )
 
 
-PseudoObjective = Callable[[pseudo.Pseudo, Array, Array], Array]
-
 # The attack is one program of about a thousand small fusions (derivatives up to the fourth
 # order). XLA's newer CPU fusion emitters compile it about 3 s slower than the elemental emitter
 # and run it no faster (kidiq at M = 50: 19-20 s → 15-16 s to compile, same result to 1e-7;
 # nes2000 at M = 10, ten parameters: no gain, 64 s against 58 s in one measurement).
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-
-
-class Objectives(NamedTuple):
-    """The score-matching objective on a subset of draws (coarse stage), on all draws, and minibatched."""
-
-    coarse: PseudoObjective
-    full: PseudoObjective
-    minibatch: PseudoObjective | None
-
-
-# Memory bounds, in draws × pseudo-points × d·t, where d is the number of parameters and t the
-# estimator's tangents (d for the exact trace, else the slices): a value takes about d·t numbers per
-# draw and point (a d × d Hessian), a gradient d times that. Above a bound the draws (or the grid's
-# candidates) go in rematerialised chunks. Calibrated at d = 3: earnings at M = N (1,192 points on
-# 10,000 draws, 59 candidates on 1,000) asked for 31 GB unchunked; at d = 10 nes2000 asked for 32 GB
-# at M = 50 (200 points) before the dimension was counted. kidiq (d = 3) stays below both at M = N.
-GRADIENT_BUDGET = 135_000_000  # draws × points × d²·t
-VALUE_BUDGET = 270_000_000  # grid candidates × draws × points × d·t
-
-
-def value_size(estimator: Estimator, dim: int, n_slices: int) -> int:
-    """d·t: numbers per draw and pseudo-point in one evaluation of the objective's value."""
-    return dim * (dim if estimator == "exact" else n_slices)
-
-
-def build_objective(
-    weighted: WeightedModel,
-    layout: pseudo.Layout,
-    coordinates: Coordinates,
-    draws: Array,
-    estimator: Estimator,
-    n_slices: int,
-    seed: int,
-    batch_size: int | None = None,
-    side_by_side: int = 1,
-) -> PseudoObjective:
-    """J(params; base points, key): the score-matching objective of the weighted posterior.
-
-    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key;
-    otherwise all draws with slices fixed once (from ``seed``), so the objective is deterministic.
-    ``side_by_side``: how many of its gradients run at once (Newton's Hessian columns), for memory.
-    """
-    n_draws, dim = draws.shape
-    sliced = estimator != "exact"
-    fixed_slices = rademacher_slices(jax.random.PRNGKey(seed), n_draws, n_slices, dim) if sliced else None
-
-    def objective(params: pseudo.Pseudo, base: Array, batch_key: Array) -> Array:
-        points, w = pseudo.measure(layout, params, base)
-        log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
-        per_draw = side_by_side * w.shape[0] * dim * value_size(estimator, dim, n_slices)
-        at_once = max(1, GRADIENT_BUDGET // per_draw)
-        penalty = information_penalty(weighted, coordinates, draws, points)
-        if batch_size is None:
-            return score_matching_objective(log_q, draws, fixed_slices, estimator, at_once) + penalty
-        rows_key, slices_key = jax.random.split(batch_key)
-        rows = jax.random.choice(rows_key, n_draws, (batch_size,), replace=False)
-        slices = rademacher_slices(slices_key, batch_size, n_slices, dim) if sliced else None
-        return score_matching_objective(log_q, draws[rows], slices, estimator, at_once) + penalty
-
-    return jax.jit(objective)  # traced once, reused by every stage and derivative
-
-
-# One data point tells less about θ than the whole data set: in the attack's (whitened)
-# coordinates, where the posterior's precision is about the identity, a point's Fisher information
-# E_s ||∇_z log p(x | θ_s)||² is at most about d (the whole data's is about d by the information
-# identity, more when the data are over-dispersed for the model, hence the margin
-# INFORMATION_BOUND; a typical point's is d / N). A pseudo-point far beyond that is a point no data
-# set contains: a logistic or Laplace likelihood at an extreme covariate is a near-step in θ whose
-# curvature falls between the draws, and the score-matching estimate, blind between its draws,
-# rewards it without end (a logistic regression at covariate scales 0.01 to 1,000 went to mass 0
-# with points at 10⁶ and an objective far below the true data's). The penalty is zero up to
-# INFORMATION_BOUND × d and grows with the square of the excess, faster than such a step's reward
-# (which grows with its slope, the square root of the information); real data do not pay it. Per
-# point and per unit weight, it leaves the objective a quadratic in the total mass
-# (:func:`bayes_recon.pseudo.at_best_mass`). It is estimated on the objective's own draws: a step
-# between the draws it is estimated on would escape it.
-INFORMATION_BOUND = 10.0
-
-
-def point_information(
-    weighted: WeightedModel, coordinates: Coordinates, draws: Array, points: Mapping[str, Array]
-) -> Array:
-    """Each point's Fisher information per unit weight, E_s ||∇_z log p(x_j | θ_s)||² over ``draws`` (M,)."""
-
-    def loglik(z: Array) -> Array:
-        return weighted.loglik_per_point(coordinates.shift + coordinates.scale @ z, points)
-
-    n_points = len(next(iter(points.values())))
-    at_once = max(1, GRADIENT_BUDGET // (n_points * draws.shape[1] ** 2))
-    information = map_in_chunks(lambda z: jnp.sum(jax.jacfwd(loglik)(z) ** 2, axis=-1), draws, at_once)
-    return jnp.mean(information, axis=0)
-
-
-def information_penalty(
-    weighted: WeightedModel, coordinates: Coordinates, draws: Array, points: Mapping[str, Array]
-) -> Array:
-    """d × the mean over points of (information / bound − 1)² where it exceeds INFORMATION_BOUND × d."""
-    dim = draws.shape[1]
-    info = point_information(weighted, coordinates, draws, points)
-    excess = jnp.maximum(jnp.where(jnp.isfinite(info), info, 1e30) / (INFORMATION_BOUND * dim) - 1.0, 0.0)
-    return dim * jnp.mean(excess**2)
-
-
-def _with_responses(
-    layout: pseudo.Layout,
-    responses: set[str],
-    predict: Predictor | None,
-    points: pseudo.Points,
-    cloud: pseudo.Cloud,
-    base: Array,
-) -> pseudo.Cloud:
-    """The cloud refitted to its own covariates with the responses drawn from the model's predictive.
-
-    The cloud's own log-scales of the response coordinates, unused otherwise, scale the predictive's
-    noise (0: the model's noise level): the residual spread is the statistic the posterior mean does
-    not give, and trading it against the mass is what the cloud stage must be free to do.
-    """
-    if predict is None:
-        return cloud
-    data, weights = pseudo.measure(layout, pseudo.Pseudo(cloud, points), base)
-    strata = len(weights) // len(base)
-    columns = np.asarray(layout.coordinates_of(responses), dtype=int)
-    noise = base[None, :, columns] * jnp.exp(cloud.log_diag[:, None, columns])
-    data = {**data, **predict(data, noise.reshape(strata * len(base), len(columns)))}
-    z = layout.unconstrain(data)
-    z = jnp.where(jnp.isfinite(z), z, 0.0).reshape(strata, len(base), layout.dim)
-    return pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
 
 
 def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
@@ -598,132 +400,6 @@ def _round_arrays(outputs: tuple) -> dict[str, np.ndarray]:
         **{f"points/{k}": np.asarray(v) for k, v in points.items()},
         **{k: np.asarray(v) for k, v in named.items()},
     }
-
-
-class CloudStage(NamedTuple):
-    """One of the three Newton stages on the cloud; a table of them drives one compiled loop."""
-
-    limit: Array  # its step cap (0: skipped)
-    frozen_mass: Array  # the mass stays where the grid put it
-    all_draws: Array  # value and gradient on every draw, responses free; else the subset, responses predicted
-
-
-class Start(NamedTuple):
-    """Where every restart starts: the unit cloud, how responses are filled in, which scales are searched."""
-
-    params: pseudo.Pseudo
-    with_responses: Callable[[pseudo.Cloud, Array], pseudo.Cloud]  # (cloud, base points) → cloud
-    searched: tuple[int, ...]  # the covariates' coordinates
-    located: tuple[int, ...]  # the covariates whose support has no centre: their location is searched too
-    grid_at_once: int  # grid candidates evaluated together (memory)
-
-
-def _stages(
-    objectives: Objectives,
-    layout: pseudo.Layout,
-    begin: Start,
-    base: Array,
-    key: Array,
-    config: ReconConfig,
-    stage_steps: tuple[int, int, int, int],
-) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
-    """Responses from the model's predictive and a grid search of the covariates' scales and the
-    mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
-
-    Returns the final parameters, the objective after every step, the recorded total mass,
-    weighted means and variances per step, the objective on all draws at the end, and the
-    steps each stage took before it converged.
-    """
-    start = begin.params
-    newton = OptimiserConfig("newton")
-    minibatched = objectives.minibatch is not None
-    fine = OptimiserConfig("adam" if minibatched else config.method, config.learning_rate)
-
-    def record(params: pseudo.Pseudo) -> tuple[Array, Array, Array]:
-        points, w = pseudo.measure(layout, params, base)
-        x = jnp.concatenate([v.reshape(v.shape[0], -1) for v in points.values()], axis=1)
-        mean = w @ x / jnp.sum(w)
-        return jnp.sum(w), mean, w @ (x - mean) ** 2 / jnp.sum(w)
-
-    def cloud_only(fn: PseudoObjective) -> Callable[[pseudo.Cloud, Array], Array]:
-        return lambda cloud, k: fn(pseudo.Pseudo(cloud, start.points), base, k)
-
-    def cloud_record(cloud: pseudo.Cloud) -> tuple[Array, Array, Array]:
-        return record(pseudo.Pseudo(cloud, start.points))
-
-    keys = jax.random.split(key)
-
-    def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
-        return begin.with_responses(cloud, base)
-
-    scaled = pseudo.search_scales(
-        lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
-        start.cloud,
-        begin.searched,
-        begin.located,
-        at_once=begin.grid_at_once,
-    )
-
-    # Three Newton stages on the cloud. With covariates of unknown location, their shape first, at
-    # the mass the grid chose: while they are off (a ridge-like posterior needs their location to a
-    # fraction of their spread), lowering the mass is the easy way down. Then with the mass. Then,
-    # responses free, on every draw: the subset's optimum is a few steps from the full one (the
-    # subset overfits when the cloud has dozens of parameters); the Hessian still comes from the
-    # subset (subsampled Newton). One compiled loop serves all three, switched by the stage table.
-    def fitted(stage: CloudStage, cloud: pseudo.Cloud) -> pseudo.Cloud:
-        cloud = cloud._replace(log_mass=jnp.where(stage.frozen_mass, scaled.log_mass, cloud.log_mass))
-        return tree_where(stage.all_draws, cloud, responded(cloud))
-
-    def cloud_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
-        return jax.lax.cond(
-            stage.all_draws,
-            cloud_only(objectives.full),
-            cloud_only(objectives.coarse),
-            fitted(stage, cloud),
-            k,
-        )
-
-    def subset_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
-        return cloud_only(objectives.coarse)(fitted(stage, cloud), k)
-
-    def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
-        final, values, records, taken = minimise(
-            partial(cloud_objective, stage),
-            tree_where(stage.all_draws, responded(cloud), cloud),
-            keys[0],
-            config.coarse_steps,
-            newton,
-            lambda c: cloud_record(fitted(stage, c)),
-            hessian_objective=partial(subset_objective, stage),
-            patience=2,  # Newton converges quadratically: two calm steps in a row are the end
-            limit=stage.limit,
-        )
-        return final.params, (values, records, taken)
-
-    table = CloudStage(
-        limit=jnp.asarray(stage_steps[:3]),
-        frozen_mass=jnp.asarray([True, False, False]),
-        all_draws=jnp.asarray([False, False, True]),
-    )
-    if config.coarse_steps:
-        polished, (values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
-        cloud_values = [values[i, : stage_steps[i]] for i in range(3)]
-        cloud_records = [tuple(r[i, : stage_steps[i]] for r in records) for i in range(3)]
-    else:
-        polished, cloud_values, cloud_records, taken = responded(scaled), [], [], jnp.zeros(3, int)
-    last = objectives.minibatch if minibatched else objectives.full
-    final, v3, r3, n3 = minimise(
-        lambda params, k: last(params, base, k),
-        pseudo.Pseudo(polished, start.points),
-        keys[1],
-        stage_steps[3],
-        fine,
-        record,
-    )
-    values = jnp.concatenate([*cloud_values, v3])
-    records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
-    final_value = objectives.full(final.params, base, key) if minibatched else final.value
-    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]])
 
 
 def _check_finite(values: np.ndarray, final: np.ndarray, config: ReconConfig) -> None:

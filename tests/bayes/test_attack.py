@@ -19,7 +19,7 @@ from bayes_recon.models import lookup
 from bayes_recon.optimise import OptimiserConfig, minimise, newton_optimiser
 from bayes_recon.oracle import oracle_for
 from bayes_recon.posteriordb import load_posterior
-from bayes_recon.reconstruct import AttackSetup, response_predictor
+from bayes_recon.reconstruct import AttackSetup
 from bayes_recon.weighting import WeightedModel
 
 KIDIQ = "kidiq-kidscore_momiq"
@@ -73,19 +73,6 @@ def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq):
     assert max(br.linear_model_errors(estimate, oracle).values()) < 1e-3
     assert result.measure.total_mass() == pytest.approx(float(oracle["N"]), rel=1e-3)
     assert np.isfinite(result.history["objective"]).all() and result.history["steps_taken"].shape == (1, 4)
-
-
-def test_response_predictor_finds_the_observed_column_and_predicts_the_regression_line(kidiq):
-    entry, _, _ = kidiq
-    layout = pseudo.Layout({"mom_iq": (), "kid_score": ()}, entry.support)
-    params = {"beta": jnp.array([26.0, 0.6]), "sigma": jnp.asarray(18.0)}
-    responses, predict = response_predictor(entry.model, layout, {}, params)
-    assert responses == {"kid_score"}
-    mom_iq = jnp.array([80.0, 100.0, 120.0])
-    mean = predict({"mom_iq": mom_iq}, jnp.zeros((3, 1)))["kid_score"]
-    np.testing.assert_allclose(mean, 26.0 + 0.6 * mom_iq, rtol=1e-9)
-    high = predict({"mom_iq": mom_iq}, jnp.ones((3, 1)))["kid_score"]
-    np.testing.assert_allclose(high - mean, 18.0, rtol=1e-6)  # noise maps through the quantile function
 
 
 def test_binary_columns_stratify_the_pseudo_data():

@@ -1,0 +1,269 @@
+"""The start and the optimisation stages of one restart of the attack.
+
+The start (:func:`make_start`): responses drawn from the model's predictive at the posterior mean
+(:func:`response_predictor`), a unit cloud of pseudo-points whose covariates' orders of magnitude
+and mass a grid searches. The stages (:func:`run_stages`): Newton on the pseudo-data cloud alone
+(on a subset of draws, then on all), then every point and weight by L-BFGS (or Adam), each on the
+objectives of :mod:`bayes_recon.objective`. :mod:`bayes_recon.reconstruct` runs the restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import constrain_fn
+
+from bayes_recon import pseudo
+from bayes_recon.divergence import Estimator
+from bayes_recon.objective import VALUE_BUDGET, Objectives, PseudoObjective, value_size
+from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
+from bayes_recon.weighting import WeightedModel
+
+if TYPE_CHECKING:  # reconstruct imports this module; the config is only read here
+    from bayes_recon.reconstruct import ReconConfig
+
+Array = jax.Array
+
+Predictor = Callable[[Mapping[str, Array], Array], dict[str, Array]]
+
+
+def response_predictor(
+    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], params: Mapping[str, Array]
+) -> tuple[set[str], Predictor | None]:
+    """The free columns that are an observed site's values (responses), and a sampler of them given the rest.
+
+    Responses (kid_score, earn, y) have a generative model and covariates do not. Drawing the
+    responses from the model at the posterior mean ``params``, given the pseudo-covariates, puts
+    the weighted posterior's location right before any optimisation, whatever the data's scale.
+    The sampler takes its standard-normal noise (one column per response coordinate) and maps it
+    through the distribution's quantile function: with noise that is exactly uncorrelated with the
+    covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
+    """
+    probe = layout.probe(jax.random.PRNGKey(0), 3)
+
+    @jax.jit  # one compilation instead of one per operation of the model
+    def observed_values(probe: Mapping[str, Array]) -> dict[str, Array]:
+        trace = handlers.trace(
+            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+        ).get_trace(**fixed, **probe)
+        return {name: site["value"] for name, site in trace.items() if site.get("is_observed")}
+
+    sites = {
+        column: name
+        for name, site_value in observed_values(probe).items()
+        for column, value in probe.items()
+        if not pseudo.is_discrete(layout.support(column))
+        and jnp.shape(site_value) == jnp.shape(value)
+        and np.allclose(site_value, value)
+    }
+
+    def predict(data: Mapping[str, Array], noise: Array) -> dict[str, Array]:
+        covariates = {k: v for k, v in data.items() if k not in sites}
+        run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
+        sampled = run.get_trace(**fixed, **covariates)
+        out, start = {}, 0
+        for column, name in sites.items():
+            shape = jnp.shape(sampled[name]["value"])
+            width = int(np.prod(shape[1:], dtype=int))
+            quantile = jax.scipy.special.ndtr(noise[:, start : start + width].reshape(shape))
+            out[column] = sampled[name]["fn"].icdf(jnp.clip(quantile, 1e-12, 1 - 1e-12))
+            start += width
+        return out
+
+    if not sites:
+        return set(), None
+    try:
+        jax.eval_shape(predict, probe, jnp.zeros((3, len(layout.coordinates_of(set(sites))))))
+    except Exception:  # the model cannot sample its responses (no default argument, no quantile function)
+        return set(), None
+    return set(sites), predict
+
+
+def with_responses(
+    layout: pseudo.Layout,
+    responses: set[str],
+    predict: Predictor | None,
+    points: pseudo.Points,
+    cloud: pseudo.Cloud,
+    base: Array,
+) -> pseudo.Cloud:
+    """The cloud refitted to its own covariates with the responses drawn from the model's predictive.
+
+    The cloud's own log-scales of the response coordinates, unused otherwise, scale the predictive's
+    noise (0: the model's noise level): the residual spread is the statistic the posterior mean does
+    not give, and trading it against the mass is what the cloud stage must be free to do.
+    """
+    if predict is None:
+        return cloud
+    data, weights = pseudo.measure(layout, pseudo.Pseudo(cloud, points), base)
+    strata = len(weights) // len(base)
+    columns = np.asarray(layout.coordinates_of(responses), dtype=int)
+    noise = base[None, :, columns] * jnp.exp(cloud.log_diag[:, None, columns])
+    data = {**data, **predict(data, noise.reshape(strata * len(base), len(columns)))}
+    z = layout.unconstrain(data)
+    z = jnp.where(jnp.isfinite(z), z, 0.0).reshape(strata, len(base), layout.dim)
+    return pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
+
+
+class CloudStage(NamedTuple):
+    """One of the three Newton stages on the cloud; a table of them drives one compiled loop."""
+
+    limit: Array  # its step cap (0: skipped)
+    frozen_mass: Array  # the mass stays where the grid put it
+    all_draws: Array  # value and gradient on every draw, responses free; else the subset, responses predicted
+
+
+class Start(NamedTuple):
+    """Where every restart starts: the unit cloud, how responses are filled in, which scales are searched."""
+
+    params: pseudo.Pseudo
+    with_responses: Callable[[pseudo.Cloud, Array], pseudo.Cloud]  # (cloud, base points) → cloud
+    searched: tuple[int, ...]  # the covariates' coordinates
+    located: tuple[int, ...]  # the covariates whose support has no centre: their location is searched too
+    grid_at_once: int  # grid candidates evaluated together (memory)
+
+
+def make_start(
+    model: Callable,
+    weighted: WeightedModel,
+    layout: pseudo.Layout,
+    theta: Array,
+    n_points: int,
+    estimator: Estimator,
+    config: ReconConfig,
+) -> Start:
+    """Where every restart starts, without looking at the data: the unit cloud, the responses drawn from
+    the model's predictive at the posterior mean of ``theta`` (the draws kept, unconstrained), and the
+    covariates' coordinates whose scales (and, without a centre to their support, locations) the grid
+    searches."""
+    fixed = weighted.fixed
+    posterior_mean = constrain_fn(
+        model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta.mean(axis=0))
+    )
+    responses, predict = response_predictor(model, layout, fixed, posterior_mean)
+    searched = tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses))
+    unit = pseudo.initial(n_points, layout)
+    # each candidate is evaluated at three masses (pseudo.at_best_mass) on the subset of draws
+    per_candidate = 3 * min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
+    return Start(
+        unit,
+        partial(with_responses, layout, responses, predict, unit.points),
+        searched,
+        tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
+        max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
+    )
+
+
+def run_stages(
+    objectives: Objectives,
+    layout: pseudo.Layout,
+    begin: Start,
+    base: Array,
+    key: Array,
+    config: ReconConfig,
+    stage_steps: tuple[int, int, int, int],
+) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
+    """Responses from the model's predictive and a grid search of the covariates' scales and the
+    mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
+
+    Returns the final parameters, the objective after every step, the recorded total mass,
+    weighted means and variances per step, the objective on all draws at the end, and the
+    steps each stage took before it converged.
+    """
+    start = begin.params
+    newton = OptimiserConfig("newton")
+    minibatched = objectives.minibatch is not None
+    fine = OptimiserConfig("adam" if minibatched else config.method, config.learning_rate)
+
+    def record(params: pseudo.Pseudo) -> tuple[Array, Array, Array]:
+        points, w = pseudo.measure(layout, params, base)
+        x = jnp.concatenate([v.reshape(v.shape[0], -1) for v in points.values()], axis=1)
+        mean = w @ x / jnp.sum(w)
+        return jnp.sum(w), mean, w @ (x - mean) ** 2 / jnp.sum(w)
+
+    def cloud_only(fn: PseudoObjective) -> Callable[[pseudo.Cloud, Array], Array]:
+        return lambda cloud, k: fn(pseudo.Pseudo(cloud, start.points), base, k)
+
+    def cloud_record(cloud: pseudo.Cloud) -> tuple[Array, Array, Array]:
+        return record(pseudo.Pseudo(cloud, start.points))
+
+    keys = jax.random.split(key)
+
+    def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
+        return begin.with_responses(cloud, base)
+
+    scaled = pseudo.search_scales(
+        lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
+        start.cloud,
+        begin.searched,
+        begin.located,
+        at_once=begin.grid_at_once,
+    )
+
+    # Three Newton stages on the cloud. With covariates of unknown location, their shape first, at
+    # the mass the grid chose: while they are off (a ridge-like posterior needs their location to a
+    # fraction of their spread), lowering the mass is the easy way down. Then with the mass. Then,
+    # responses free, on every draw: the subset's optimum is a few steps from the full one (the
+    # subset overfits when the cloud has dozens of parameters); the Hessian still comes from the
+    # subset (subsampled Newton). One compiled loop serves all three, switched by the stage table.
+    def fitted(stage: CloudStage, cloud: pseudo.Cloud) -> pseudo.Cloud:
+        cloud = cloud._replace(log_mass=jnp.where(stage.frozen_mass, scaled.log_mass, cloud.log_mass))
+        return tree_where(stage.all_draws, cloud, responded(cloud))
+
+    def cloud_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
+        return jax.lax.cond(
+            stage.all_draws,
+            cloud_only(objectives.full),
+            cloud_only(objectives.coarse),
+            fitted(stage, cloud),
+            k,
+        )
+
+    def subset_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
+        return cloud_only(objectives.coarse)(fitted(stage, cloud), k)
+
+    def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
+        final, values, records, taken = minimise(
+            partial(cloud_objective, stage),
+            tree_where(stage.all_draws, responded(cloud), cloud),
+            keys[0],
+            config.coarse_steps,
+            newton,
+            lambda c: cloud_record(fitted(stage, c)),
+            hessian_objective=partial(subset_objective, stage),
+            patience=2,  # Newton converges quadratically: two calm steps in a row are the end
+            limit=stage.limit,
+        )
+        return final.params, (values, records, taken)
+
+    table = CloudStage(
+        limit=jnp.asarray(stage_steps[:3]),
+        frozen_mass=jnp.asarray([True, False, False]),
+        all_draws=jnp.asarray([False, False, True]),
+    )
+    if config.coarse_steps:
+        polished, (values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
+        cloud_values = [values[i, : stage_steps[i]] for i in range(3)]
+        cloud_records = [tuple(r[i, : stage_steps[i]] for r in records) for i in range(3)]
+    else:
+        polished, cloud_values, cloud_records, taken = responded(scaled), [], [], jnp.zeros(3, int)
+    last = objectives.minibatch if minibatched else objectives.full
+    final, v3, r3, n3 = minimise(
+        lambda params, k: last(params, base, k),
+        pseudo.Pseudo(polished, start.points),
+        keys[1],
+        stage_steps[3],
+        fine,
+        record,
+    )
+    values = jnp.concatenate([*cloud_values, v3])
+    records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
+    final_value = objectives.full(final.params, base, key) if minibatched else final.value
+    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]])
