@@ -31,7 +31,7 @@ from recon_core.htmlpage import escape, page, png_image, table
 
 
 @dataclass(frozen=True)
-class Entry:
+class SavedAttack:
     """One attack's saved output: what was attacked, its metric table and its image grid, if it has one."""
 
     attack: str
@@ -68,7 +68,7 @@ def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _stationarity(folder: Path) -> list[Entry]:
+def _stationarity(folder: Path) -> list[SavedAttack]:
     _require(
         folder,
         ("reconstruction.json", "match.json", "match.png"),
@@ -94,10 +94,10 @@ def _stationarity(folder: Path) -> list[Entry]:
         "distinct reconstructions",
         "their mean PSNR (dB)",
     )
-    return [Entry("stationarity", folder, settings, header, rows, folder / "match.png")]
+    return [SavedAttack("stationarity", folder, settings, header, rows, folder / "match.png")]
 
 
-def _informed(folder: Path) -> list[Entry]:
+def _informed(folder: Path) -> list[SavedAttack]:
     runs = sorted(folder.glob("*/reconstructions.json"))
     if not runs:
         raise ReconError(
@@ -111,23 +111,25 @@ def _informed(folder: Path) -> list[Entry]:
         rows = list(meta["summary"].items())
         config = _flat(meta["config"])
         entries.append(
-            Entry("informed", run.parent, config, ("metric", "value"), rows, run.parent / "grid.png")
+            SavedAttack("informed", run.parent, config, ("metric", "value"), rows, run.parent / "grid.png")
         )
     return entries
 
 
-def _inversion(folder: Path) -> list[Entry]:
+def _inversion(folder: Path) -> list[SavedAttack]:
     _require(folder, ("summary.json", "grid.png"), "pass the --out folder of nn-recon invert")
     saved = json.loads((folder / "summary.json").read_text())
     settings = {**saved["config"], "seeds": len(saved["metrics"]), "seconds": saved["seconds"]}
     summary = saved["summary"]
     rows = [(name, summary[name], summary[f"{name}_sd"]) for name in saved["metrics"][0]]
     return [
-        Entry("inversion", folder, settings, ("metric", "mean over seeds", "sd"), rows, folder / "grid.png")
+        SavedAttack(
+            "inversion", folder, settings, ("metric", "mean over seeds", "sd"), rows, folder / "grid.png"
+        )
     ]
 
 
-def _glm(folder: Path) -> list[Entry]:
+def _glm(folder: Path) -> list[SavedAttack]:
     _require(folder, ("reconstruction.json",), "pass the --out folder of nn-recon glm")
     saved = json.loads((folder / "reconstruction.json").read_text())
     meta = saved["meta"]
@@ -138,10 +140,10 @@ def _glm(folder: Path) -> list[Entry]:
     ]
     if "truth" in meta:
         rows.append(("max relative error", meta["truth"]["max_relative_error"]))
-    return [Entry("glm", folder, settings, ("metric", "value"), rows)]
+    return [SavedAttack("glm", folder, settings, ("metric", "value"), rows)]
 
 
-LOADERS: dict[str, Callable[[Path], list[Entry]]] = {
+LOADERS: dict[str, Callable[[Path], list[SavedAttack]]] = {
     "stationarity": _stationarity,
     "informed": _informed,
     "inversion": _inversion,
@@ -173,7 +175,7 @@ NOTES = {
 }
 
 
-def collect(folders: Mapping[str, Sequence[str | Path]]) -> list[Entry]:
+def collect(folders: Mapping[str, Sequence[str | Path]]) -> list[SavedAttack]:
     """The entries of every folder, by attack (a key of :data:`LOADERS`)."""
     if not any(folders.values()):
         raise ReconError(f"nothing to report: give at least one of {', '.join(f'--{a}' for a in LOADERS)}")
@@ -192,7 +194,7 @@ def collect(folders: Mapping[str, Sequence[str | Path]]) -> list[Entry]:
     return entries
 
 
-def to_json(entries: Sequence[Entry]) -> dict[str, Any]:
+def to_json(entries: Sequence[SavedAttack]) -> dict[str, Any]:
     return {"attacks": [entry.to_json() for entry in entries]}
 
 
@@ -221,7 +223,7 @@ INFORMED_PARTLY_ABOVE = 0.05
 CLOSE_ENOUGH = 0.05  # GLM: a largest relative error below this is the missing point itself
 
 
-def _stationarity_finding(entry: Entry) -> Finding:
+def _stationarity_finding(entry: SavedAttack) -> Finding:
     n = entry.rows[0][2]
     counts = {row[0]: row[1] for row in entry.rows}
     top = max(counts)
@@ -250,7 +252,7 @@ def _stationarity_finding(entry: Entry) -> Finding:
     return Finding(severity, short, reveals, sure, advice)
 
 
-def _informed_finding(entry: Entry) -> Finding:
+def _informed_finding(entry: SavedAttack) -> Finding:
     summary, settings = dict(entry.rows), entry.settings
     success, targets = summary["success_rate"], settings["targets"]
     short = f"{percent(success)} of the missing training images (RecoNN)"
@@ -275,7 +277,7 @@ def _informed_finding(entry: Entry) -> Finding:
     return Finding(severity, short, reveals, sure, advice)
 
 
-def _inversion_finding(entry: Entry) -> Finding:
+def _inversion_finding(entry: SavedAttack) -> Finding:
     mean = {name: value for name, value, _ in entry.rows}
     sd = {name: value for name, _, value in entry.rows}
     short = f"images of every class, recognised {percent(mean['top1'])} of the time (model inversion)"
@@ -288,7 +290,7 @@ def _inversion_finding(entry: Entry) -> Finding:
     return Finding("partly" if mean["top1"] >= 0.5 else "not", short, reveals, sure)
 
 
-def _glm_finding(entry: Entry) -> Finding:
+def _glm_finding(entry: SavedAttack) -> Finding:
     rows = dict(entry.rows)
     gradient, candidates = rows["relative gradient norm"], rows["candidate targets"]
     if "max relative error" in rows:
@@ -314,7 +316,7 @@ def _glm_finding(entry: Entry) -> Finding:
     return Finding("recovered" if exact else "not", short, reveals, sure, advice)
 
 
-FINDINGS: dict[str, Callable[[Entry], Finding]] = {
+FINDINGS: dict[str, Callable[[SavedAttack], Finding]] = {
     "stationarity": _stationarity_finding,
     "informed": _informed_finding,
     "inversion": _inversion_finding,
@@ -322,7 +324,7 @@ FINDINGS: dict[str, Callable[[Entry], Finding]] = {
 }
 
 
-def headline(entries: Sequence[Entry]) -> Headline:
+def headline(entries: Sequence[SavedAttack]) -> Headline:
     """The verdict over every attack: the worst result decides the answer."""
     found = [FINDINGS[entry.attack](entry) for entry in entries]
     by = {s: [f.short for f in found if f.severity == s] for s in ("recovered", "partly", "not")}
@@ -342,7 +344,7 @@ def headline(entries: Sequence[Entry]) -> Headline:
     return Headline(answer, severity, points)
 
 
-def render(entries: Sequence[Entry]) -> str:
+def render(entries: Sequence[SavedAttack]) -> str:
     sections = []
     for entry in entries:
         sections += [

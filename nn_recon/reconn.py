@@ -145,7 +145,7 @@ def train_reconstructor(
     return model.eval()
 
 
-def reconstruct(model: Reconstructor, features: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+def decode_features(model: Reconstructor, features: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
     """Images (K, C, H, W) the RecoNN decodes from (K, F) representations."""
     with torch.no_grad():
         return torch.cat([model(part) for part in features.split(batch_size)])

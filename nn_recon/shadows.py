@@ -507,7 +507,9 @@ def logits_on_probes(farm_params: torch.Tensor, config: FarmConfig, probes: torc
     return outputs.flatten(1)
 
 
-def accuracy(farm_params: torch.Tensor, config: FarmConfig, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def farm_accuracy(
+    farm_params: torch.Tensor, config: FarmConfig, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
     """(K,) accuracy of each model on (x, y)."""
     network = config.network()
     with torch.no_grad():

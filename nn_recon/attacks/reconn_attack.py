@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 from nn_recon.data import load_dataset
 from nn_recon.metrics import InformedScores, score_informed
-from nn_recon.reconn import ReconnConfig, reconstruct, train_reconstructor
+from nn_recon.reconn import ReconnConfig, decode_features, train_reconstructor
 from nn_recon.report import save_informed_grid
-from nn_recon.shadows import ClassifierMLP, Farm, FarmConfig, accuracy, build_farm, logits_on_probes
+from nn_recon.shadows import ClassifierMLP, Farm, FarmConfig, build_farm, farm_accuracy, logits_on_probes
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
 
@@ -143,14 +143,14 @@ def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> Inform
         shadow_x,
         checkpoint=out / f"reconn_{config.representation}_{len(shadow_x)}.pt",
     )
-    reconstructions = reconstruct(reconstructor, released_features)
+    reconstructions = decode_features(reconstructor, released_features)
     timings["reconn_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
     pool = torch.cat([x_minus, shadow_x])
     classifier = train_evaluation_classifier(train_x, train_y, seed=config.seed)
     scores = score_informed(target_x.numpy(), reconstructions.numpy(), pool.numpy(), classifier)
-    released_accuracy = float(accuracy(released.params, config.farm, test_x, test_y).mean())
+    released_accuracy = float(farm_accuracy(released.params, config.farm, test_x, test_y).mean())
     timings["metrics_s"] = time.perf_counter() - start
     measure = WeightedMeasure.empirical(
         {"image": reconstructions.numpy()},

@@ -6,7 +6,7 @@ import torch
 
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, run_informed_attack
 from nn_recon.metrics import InformedScores, kl_divergence, mse, nearest_neighbours
-from nn_recon.reconn import ReconnConfig, reconstruct, train_reconstructor
+from nn_recon.reconn import ReconnConfig, decode_features, train_reconstructor
 from nn_recon.shadows import FarmConfig
 from recon_core.errors import ReconError
 
@@ -70,7 +70,7 @@ def test_reconstructor_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr("nn_recon.reconn.progress", recording(stop_at=None))
     resumed = train_reconstructor(config, features, images, tmp_path / "r.pt")
     assert epochs_run == [0, 1, 2, 2, 3]  # epoch 2 was lost to the interruption and is redone
-    torch.testing.assert_close(reconstruct(resumed, features), reconstruct(straight, features))
+    torch.testing.assert_close(decode_features(resumed, features), decode_features(straight, features))
     other = ReconnConfig(**{**config.__dict__, "lr": 0.01})
     with pytest.raises(ReconError, match="another RecoNN run"):
         train_reconstructor(other, features, images, tmp_path / "r.pt")

@@ -15,7 +15,7 @@ from sklearn.linear_model import Ridge
 
 from nn_recon.attacks.inversion import AttackReport, InversionConfig
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, InformedAttackResult
-from nn_recon.audit import Entry, headline
+from nn_recon.audit import SavedAttack, headline
 from nn_recon.cli import main
 from nn_recon.metrics import InformedScores
 from recon_core.headline import percent
@@ -127,7 +127,7 @@ def test_verdict_fits_the_first_screen(report, chromium_layout):
 
 
 def _entry(attack, rows, **settings):
-    return Entry(attack, Path("out"), settings, ("",), rows)
+    return SavedAttack(attack, Path("out"), settings, ("",), rows)
 
 
 def test_verdict_words_follow_the_results():
