@@ -77,9 +77,21 @@ def test_user_cnn_through_the_cli_feeds_match_and_audit(user_files, capsys):
     assert "SSIM >=" in out and "beats the public baseline: " in out and " / 6 (mean margin" in out
     scores = json.loads((recon / "match.json").read_text())
     assert scores["public_baseline"]["of"] == 6 and len(scores["public_baseline"]["baseline_ssim"]) == 6
-    report = user_files / "audit.html"
-    assert main(["--quiet", "audit", "--stationarity", str(recon), "--report", str(report)]) == 0
-    assert report.exists()
+    report, summary = user_files / "audit.html", user_files / "audit.json"
+    audit = [
+        "--quiet",
+        "audit",
+        "--stationarity",
+        str(recon),
+        "--report",
+        str(report),
+        "--json",
+        str(summary),
+    ]
+    assert main(audit) == 0
+    [entry] = json.loads(summary.read_text())["attacks"]
+    assert entry["settings"]["beats the public baseline"] == scores["public_baseline"]["beats"]
+    assert "than the best an adversary gets from public images alone" in report.read_text()
 
 
 def test_export_program_gives_the_same_reconstruction_as_its_module(user_files, tmp_path):
