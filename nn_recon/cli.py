@@ -301,11 +301,13 @@ def _load_images(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
         raise ReconError(f"{what} {path} does not exist")
     try:
         with np.load(path, allow_pickle=False) as saved:
-            if not {"images", "labels"} <= set(saved.files):
-                raise ReconError(f"{what} {path} needs arrays named images and labels (it has {saved.files})")
-            images, labels = saved["images"], saved["labels"]
-    except (ValueError, OSError) as error:
+            names = saved.files
+            arrays = [saved[name] for name in ("images", "labels") if name in names]
+    except (ValueError, OSError) as error:  # object arrays (pickles) are refused, not loaded
         raise ReconError(f"{what} {path} is not an .npz of plain arrays ({error})") from None
+    if len(arrays) != 2:
+        raise ReconError(f"{what} {path} needs arrays named images and labels (it has {', '.join(names)})")
+    images, labels = arrays
     if labels.shape != images.shape[:1] or not np.issubdtype(labels.dtype, np.integer):
         raise ReconError(f"{what} {path}: labels must be {len(images)} integer class indices, one per image")
     return check_images(images), labels.astype(np.int64)

@@ -23,6 +23,7 @@ each from its own seed, and a batch of runs is optimised together with Adam.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -158,6 +159,10 @@ def as_target(
         )
     if not isinstance(model, nn.Module):
         raise ReconError(f"the attack takes an nn.Module or a TrainedModel, not a {type(model).__name__}")
+    # No dropout, batch norm from its running statistics; a torch.export module's mode was fixed when
+    # it was exported (and its eval() raises).
+    with contextlib.suppress(NotImplementedError):
+        model.eval()
     shape = tuple(int(s) for s in input_shape) if input_shape else infer_input_shape(model)
     if num_classes is not None:
         require_at_least(2, classes=num_classes)
@@ -356,9 +361,11 @@ def _optimise_batch(
     optimiser = _Adam([x, lam], [lr, lr * config.lambda_lr_factor])
     stopped = torch.zeros(len(settings), dtype=torch.bool, device=device)
     losses = torch.full((len(settings),), math.nan, dtype=dtype, device=device)
-    start = 0
+    start, indices = 0, [s.index for s in settings]
+    state = None
     if checkpoint and checkpoint.exists():
         state = load_torch_file(checkpoint, "an attack checkpoint", "delete it to redo its runs", device)
+    if state is not None and state.get("runs") == indices:  # a batch of other runs (--runs changed) restarts
         x, lam, stopped, losses = state["x"], state["lam"], state["stopped"], state["losses"]
         start = state["step"]
         optimiser.load(state["adam"])
@@ -381,7 +388,7 @@ def _optimise_batch(
             on_step(step, values)
         if checkpoint and (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
             state = {"x": x, "lam": lam, "stopped": stopped, "losses": losses, "step": step + 1}
-            save_atomically(checkpoint, {**state, "adam": optimiser.state()})
+            save_atomically(checkpoint, {**state, "adam": optimiser.state(), "runs": indices})
     losses = torch.where(stopped, losses, vmap(loss)(x, lam, beta))
     diverged = [s.index for s, bad in zip(settings, stopped.tolist(), strict=True) if bad]
     return x, lam, beta, losses, diverged
@@ -411,7 +418,10 @@ def _claim(out: Path, fingerprint: dict, fresh: bool) -> None:
     if fresh:
         for name in _OUTPUTS:
             path = out / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
     elif saved.is_file() or (out / "runs").exists() or (out / "reconstruction.npz").exists():
         before = json.loads(saved.read_text()) if saved.is_file() else None
         if before != fingerprint:

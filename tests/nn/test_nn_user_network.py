@@ -192,3 +192,28 @@ def test_device_is_resolved_once_and_the_attack_runs_there(monkeypatch):
     assert all(p.device == torch.device("cpu") and p.dtype == torch.float32 for p in network.parameters())
     loss = StationarityLoss(network, torch.tensor([0, 1]), "kkt", None)
     assert all(p.device.type == "cpu" for p in loss.params.values())
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ("--train-data public.npz --public nets.py", "--public nets.py is not an .npz of plain arrays"),
+        ("--train-data weights0.pt --public public.npz", "weights0.pt is not a model file"),
+        ("--train-data train.npz --public test", "--public test needs a model file of nn-recon train"),
+        ("--train-data train.npz --public missing.npz", "--public missing.npz does not exist"),
+        ("--train-data no_labels.npz", "needs arrays named images and labels (it has images)"),
+    ],
+)
+def test_match_refuses_bad_image_files(user_files, capsys, monkeypatch, flags, message):
+    monkeypatch.chdir(user_files)
+    np.savez(user_files / "no_labels.npz", images=np.zeros((2, 1, 8, 8), np.float32))
+    if not (user_files / "recon").exists():
+        assert attack(user_files, "recon") == 0
+    assert main(["--quiet", "match", "--recon", "recon", *flags.split()]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_attack_sees_the_module_in_eval_mode():
+    network = nn.Sequential(nn.Flatten(), nn.Linear(16, 4), nn.Dropout(0.5), nn.ReLU(), nn.Linear(4, 2))
+    as_target(network)
+    assert not network.training  # dropout off: the attacked function is the deterministic one
