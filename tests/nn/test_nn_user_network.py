@@ -217,3 +217,20 @@ def test_the_attack_sees_the_module_in_eval_mode():
     network = nn.Sequential(nn.Flatten(), nn.Linear(16, 4), nn.Dropout(0.5), nn.ReLU(), nn.Linear(4, 2))
     as_target(network)
     assert not network.training  # dropout off: the attacked function is the deterministic one
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "train --dataset digits --out m.pt",
+        "stationarity --model m.pt --out r",
+        "gan --workdir w",
+        "invert --workdir w --out r",
+    ],
+)
+def test_an_unavailable_cuda_is_refused_by_every_command_with_a_device(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--quiet", *argv.split(), "--device", "cuda"]) == 2
+    assert "no CUDA device is available; use --device cpu or auto" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
