@@ -498,6 +498,7 @@ def _add_informed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=int, default=1000, help="models trained together per saved chunk")
     p.add_argument("--seed", type=int, default=0, help="seeds the split into D⁻, shadow and released targets")
     p.add_argument("--out", required=True, help="folder for the farms (reused by later runs) and results")
+    _add_device(p, "auto")
 
 
 def _informed_config(args: argparse.Namespace, **reconn):
@@ -542,9 +543,10 @@ def register_shadows(subparsers: Subparsers) -> None:
 
 def _shadows(args: argparse.Namespace) -> int:
     from nn_recon.attacks.reconn_attack import train_farms
+    from nn_recon.train import resolve_device
 
     config = _informed_config(args)
-    released, shadows, timings = train_farms(config, args.out)
+    released, shadows, timings = train_farms(config, args.out, resolve_device(args.device))
     for (name, seconds), farm in zip(timings.items(), (released, shadows), strict=True):
         _say(f"{name.removesuffix('_s')}: {len(farm.params)} models of {farm.params.shape[1]} parameters "
              f"in {args.out}/{name.removesuffix('_s')} ({seconds:.0f} s this run)")  # fmt: skip
@@ -570,6 +572,7 @@ def register_reconn(subparsers: Subparsers) -> None:
 def _reconn(args: argparse.Namespace) -> int:
     from nn_recon.attacks.reconn_attack import run_informed_attack
     from nn_recon.report import metric_table
+    from nn_recon.train import resolve_device
 
     try:
         hidden = tuple(int(h) for h in args.reconn_hidden.split(","))
@@ -578,7 +581,7 @@ def _reconn(args: argparse.Namespace) -> int:
     config = _informed_config(
         args, hidden=hidden, epochs=args.reconn_epochs, lr=args.reconn_lr, lpips_weight=args.lpips_weight
     )
-    result = run_informed_attack(config, args.out)
+    result = run_informed_attack(config, args.out, resolve_device(args.device))
     _say(metric_table(result.summary()))
     files = result.save(Path(args.out) / f"{config.representation}_{config.shadows}")
     summary_path = Path(args.out) / f"summary_{config.representation}_{config.shadows}.json"

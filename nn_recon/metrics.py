@@ -76,16 +76,14 @@ def mse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.square(np.asarray(a, np.float64) - np.asarray(b, np.float64)).reshape(len(a), -1).mean(axis=1)
 
 
-def lpips(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """LPIPS (v0.1 weights, via ``nn_recon.lpips``) of each pair: shape (n,)."""
+def lpips(a: np.ndarray, b: np.ndarray, device: Any = "cpu") -> np.ndarray:
+    """LPIPS (v0.1 weights, via ``nn_recon.lpips``) of each pair, computed on ``device``: shape (n,)."""
     import torch
 
     from nn_recon.lpips import lpips_distance
 
-    distance = lpips_distance(
-        torch.as_tensor(np.asarray(a, np.float32)), torch.as_tensor(np.asarray(b, np.float32))
-    )
-    return distance.detach().cpu().numpy().reshape(len(a))
+    a_tensor, b_tensor = (torch.as_tensor(np.asarray(x, np.float32), device=device) for x in (a, b))
+    return lpips_distance(a_tensor, b_tensor).detach().cpu().numpy().reshape(len(a))
 
 
 def stretch_contrast(images: np.ndarray) -> np.ndarray:
@@ -278,13 +276,17 @@ def nearest_neighbours(
 
 
 def kl_divergence(classifier, targets: np.ndarray, reconstructions: np.ndarray) -> np.ndarray:
-    """KL(p(·|target) ‖ p(·|reconstruction)) of each pair under a torch ``classifier``: shape (n,)."""
+    """KL(p(·|target) ‖ p(·|reconstruction)) of each pair under a torch ``classifier``, on its
+    device: shape (n,)."""
     import torch
 
+    device = next(classifier.parameters()).device
     with torch.no_grad():
-        log_p = torch.log_softmax(classifier(torch.as_tensor(targets, dtype=torch.float32)), -1)
-        log_q = torch.log_softmax(classifier(torch.as_tensor(reconstructions, dtype=torch.float32)), -1)
-    return (log_p.exp() * (log_p - log_q)).sum(-1).numpy()
+        log_p, log_q = (
+            torch.log_softmax(classifier(torch.as_tensor(x, dtype=torch.float32, device=device)), -1)
+            for x in (targets, reconstructions)
+        )
+    return (log_p.exp() * (log_p - log_q)).sum(-1).cpu().numpy()
 
 
 @dataclass(frozen=True)
@@ -317,14 +319,18 @@ class InformedScores:
 def score_informed(
     targets: np.ndarray, reconstructions: np.ndarray, oracle_pool: np.ndarray, classifier, block: int = 256
 ) -> InformedScores:
-    """MSE, nearest-neighbour oracle, LPIPS, KL and PSNR of each reconstruction against its target."""
+    """MSE, nearest-neighbour oracle, LPIPS, KL and PSNR of each reconstruction against its target;
+    LPIPS and KL on the classifier's device."""
     oracle_mse, oracle_index = nearest_neighbours(targets, oracle_pool, block)
     blocks = range(0, len(targets), block)
+    device = next(classifier.parameters()).device
     return InformedScores(
         mse=mse(targets, reconstructions),
         oracle_mse=oracle_mse,
         oracle_index=oracle_index,
-        lpips=np.concatenate([lpips(targets[i : i + block], reconstructions[i : i + block]) for i in blocks]),
+        lpips=np.concatenate(
+            [lpips(targets[i : i + block], reconstructions[i : i + block], device) for i in blocks]
+        ),
         kl=kl_divergence(classifier, targets, reconstructions),
         psnr=psnr(targets, reconstructions),
     )

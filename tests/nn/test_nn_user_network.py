@@ -226,6 +226,8 @@ def test_the_attack_sees_the_module_in_eval_mode():
         "stationarity --model m.pt --out r",
         "gan --workdir w",
         "invert --workdir w --out r",
+        "shadows --out f",
+        "reconn --out f",
     ],
 )
 def test_an_unavailable_cuda_is_refused_by_every_command_with_a_device(tmp_path, capsys, monkeypatch, argv):
