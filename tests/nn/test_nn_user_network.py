@@ -236,3 +236,30 @@ def test_an_unavailable_cuda_is_refused_by_every_command_with_a_device(tmp_path,
     assert main(["--quiet", *argv.split(), "--device", "cuda"]) == 2
     assert "no CUDA device is available; use --device cpu or auto" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("outputs", [1, 2, 3])
+def test_the_batched_gradient_holds_for_a_user_cnn(outputs):
+    """value_and_grad (the scale held fixed) equals autograd through the whole loss, for a network
+    with biases everywhere, a convolution and nn.ReLU modules: nothing of nn-recon's Network assumed."""
+    torch.manual_seed(0)
+    network = nn.Sequential(
+        nn.Conv2d(1, 3, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(12, 5),
+        nn.ReLU(),
+        nn.Linear(5, outputs),
+    ).double()
+    labels = torch.arange(4) % max(outputs, 2)
+    loss = StationarityLoss(as_target(network, (1, 4, 4)), labels, "kkt", None)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.rand(1, 4, 1, 4, 4, generator=generator, dtype=torch.float64)
+    lam = torch.rand(1, 4, generator=generator, dtype=torch.float64) + 0.1
+    beta = torch.tensor([20.0], dtype=torch.float64)
+    (grad_x, grad_lam), values = loss.value_and_grad(x, lam, beta)
+    expected_x, expected_lam = torch.func.grad(loss, argnums=(0, 1))(x[0], lam[0], beta[0])
+    torch.testing.assert_close(values[0], loss(x[0], lam[0], beta[0]))
+    torch.testing.assert_close(grad_x[0], expected_x, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(grad_lam[0], expected_lam, rtol=1e-8, atol=1e-10)
+    assert expected_x.abs().max() > 1e-6
