@@ -26,7 +26,7 @@ import torch
 from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
 from nn_recon.data import make_task
 from nn_recon.metrics import match
-from nn_recon.models import Architecture, build_network, margins
+from nn_recon.models import Architecture, SurrogateReLU, build_network, margins
 from nn_recon.report import save_match_grid
 from nn_recon.train import TrainConfig, TrainedModel, accuracy, load_model, save_model, train_target
 from recon_core import progress
@@ -151,9 +151,8 @@ def plain_stationarity_step(model: TrainedModel, x, lam, labels, beta: float):
     lam = lam.detach().requires_grad_()
     params = [p.detach().requires_grad_() for p in model.network.parameters()]
     names = [name for name, _ in model.network.named_parameters()]
-    outputs = torch.func.functional_call(
-        model.network, dict(zip(names, params, strict=True)), (x,), {"surrogate_beta": beta}
-    )
+    with SurrogateReLU(beta):
+        outputs = torch.func.functional_call(model.network, dict(zip(names, params, strict=True)), (x,))
     grads = torch.autograd.grad((lam * margins(outputs, labels)).sum(), params, create_graph=True)
     grad_norm = sum(g.square().sum() for g in grads)
     scale = sum((p * g).sum() for p, g in zip(params, grads, strict=True)) / grad_norm

@@ -3,8 +3,8 @@
 Nothing is rerun; each attack is read from the folder its command wrote:
 
 - ``stationarity --out DIR``, then ``match --recon DIR``: ``reconstruction.json`` (the attack's
-  settings), ``match.json`` (training images reconstructed per SSIM threshold, their mean PSNR) and
-  ``match.png``;
+  settings), ``match.json`` (training images reconstructed per SSIM threshold, their mean PSNR, and
+  with ``match --public`` how many beat the public baseline) and ``match.png``;
 - ``reconn --out DIR``: each ``<representation>_<shadows>/`` run in it, ``reconstructions.json``
   (settings and metrics) and ``grid.png``;
 - ``invert --out DIR``: ``summary.json`` (settings, the metrics' mean and sd over seeds) and ``grid.png``;
@@ -82,6 +82,10 @@ def _stationarity(folder: Path) -> list[SavedAttack]:
         "runs finished": len(meta["runs"]),
         "reconstructions kept": len(meta["run_of_point"]),
     }
+    if "public_baseline" in matched:
+        baseline = matched["public_baseline"]
+        settings["beats the public baseline"] = baseline["beats"]
+        settings["public baseline mean margin (SSIM)"] = baseline["mean_margin"]
     n = len(matched["ssim"])
     rows = [
         (float(t), count, n, matched["distinct"][t], matched["mean_psnr"][t])
@@ -234,6 +238,11 @@ def _stationarity_finding(entry: SavedAttack) -> Finding:
         f"Stationarity attack: {short}, by {count(distinct[top], 'distinct reconstruction')} "
         f"({counts[low]} at SSIM ≥ {low:g})."
     )
+    if "beats the public baseline" in entry.settings:
+        reveals += (
+            f" {entry.settings['beats the public baseline']} of {n} reconstructed closer (SSIM) than the "
+            "best an adversary gets from public images alone (class mean, nearest public images)."
+        )
     sure = (
         f"Stationarity: counted against the true training images, so certain for this attack; a lower "
         f"bound for the network ({count(entry.settings['runs finished'], 'run')} of "

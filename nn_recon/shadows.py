@@ -231,11 +231,12 @@ def train_models(
     (m = |D⁻|) in place of a forward and a backward m·d·k·h one. Models run in blocks small enough
     to stay in cache.
     """
-    dtype = params["first.weight"].dtype
-    inputs = F.pad(x_minus.flatten(1).to(dtype), (0, 1), value=1.0)  # x̃ = (x, 1)
-    onehot = F.one_hot(y_minus, config.widths[-1]).T.to(dtype)[None]
+    dtype, device = params["first.weight"].dtype, params["first.weight"].device  # the data follows params
+    inputs = F.pad(x_minus.flatten(1).to(device, dtype), (0, 1), value=1.0)  # x̃ = (x, 1)
+    onehot = F.one_hot(y_minus.to(device), config.widths[-1]).T.to(dtype)[None]
     shared = _SharedData(inputs, inputs @ inputs.T, onehot)
-    targets = F.pad(targets_x.flatten(1).to(dtype), (0, 1), value=1.0)
+    targets = F.pad(targets_x.flatten(1).to(device, dtype), (0, 1), value=1.0)
+    targets_y = targets_y.to(device)
     block = models_per_block(config, len(inputs))
     trained = []
     for index, start in enumerate(range(0, len(targets), block)):
@@ -304,6 +305,7 @@ def _train_block(
 
     for epoch in range(config.epochs):
         for batch in _batches(config, m + 1, epoch):
+            batch = batch if isinstance(batch, slice) else batch.to(initial.device)
             if isinstance(batch, slice):
                 minus, has_target, size = batch, True, m + 1
             else:
@@ -324,6 +326,7 @@ def _train_block(
             if private:
                 for name in ("noise", *tail):
                     noise = torch.randn(state[name].shape, generator=generator, dtype=initial.dtype)
+                    noise = noise.to(initial.device)  # drawn on the CPU: the same noise on any device
                     step[name] = step.get(name, 0) + sigma * config.dp.clip_norm * noise
             for name, p in state.items():
                 v = velocity[name].mul_(config.momentum)
@@ -375,15 +378,20 @@ class Chunk:
 
 
 def train_chunk(
-    config: FarmConfig, x_minus: torch.Tensor, y_minus: torch.Tensor, chunk: Chunk
+    config: FarmConfig,
+    x_minus: torch.Tensor,
+    y_minus: torch.Tensor,
+    chunk: Chunk,
+    device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """The flat (k, P) trained parameters of one chunk; a pure function, so any worker can run it."""
+    """The flat (k, P) trained parameters of one chunk, trained on ``device`` and returned on the
+    CPU; a pure function, so any worker can run it."""
     ids = range(chunk.start, chunk.start + len(chunk.targets_x))
-    params = initial_parameters(config, ids)
+    params = {name: p.to(device) for name, p in initial_parameters(config, ids).items()}
     trained = train_models(
         config, x_minus, y_minus, chunk.targets_x, chunk.targets_y, params, noise_seed=chunk.noise_seed
     )
-    return flatten(trained)
+    return flatten(trained).cpu()
 
 
 @dataclass(frozen=True)
@@ -443,6 +451,7 @@ def build_farm(
     folder: str | Path | None = None,
     backend: str = "local",
     noise_seed: int = 0,
+    device: torch.device | str = "cpu",
 ) -> Farm:
     """Train one model per target (or reuse the chunks already saved in ``folder``).
 
@@ -450,7 +459,8 @@ def build_farm(
     The adversary does not know the released models' noise, so their farm must not share the
     shadows' seed: with equal chunk sizes, model i of each would get identical noise.
     ``backend`` is "local" (default: chunk after chunk in this process) or "ray" (each missing
-    chunk a Ray task; needs ``pip install ray`` and a running cluster or ``ray.init()``).
+    chunk a Ray task; needs ``pip install ray`` and a running cluster or ``ray.init()``). Each chunk
+    trains on ``device`` (a Ray worker's own); the parameters are kept on the CPU.
     """
     if backend not in ("local", "ray"):
         raise ReconError(f"backend must be 'local' or 'ray', got {backend!r}")
@@ -477,15 +487,17 @@ def build_farm(
             save_atomically(path / f"chunk_{chunk.index:05d}.pt", flat)
 
     if backend == "ray":
-        _run_on_ray(config, x_minus, y_minus, missing, finish)
+        _run_on_ray(config, x_minus, y_minus, missing, finish, device)
     else:
         for chunk in progress(missing, len(missing), f"shadow chunks of {config.chunk_size}"):
-            finish(chunk, train_chunk(config, x_minus, y_minus, chunk))
+            finish(chunk, train_chunk(config, x_minus, y_minus, chunk, device))
     params = torch.cat([results[c.index] for c in chunks])
     return Farm(config, params, targets_x, targets_y)
 
 
-def _run_on_ray(config, x_minus, y_minus, chunks: list[Chunk], finish: Callable[[Chunk, torch.Tensor], None]):
+def _run_on_ray(
+    config, x_minus, y_minus, chunks: list[Chunk], finish: Callable[[Chunk, torch.Tensor], None], device
+):
     try:
         import ray
     except ImportError as error:
@@ -494,15 +506,17 @@ def _run_on_ray(config, x_minus, y_minus, chunks: list[Chunk], finish: Callable[
         ) from error
     remote = ray.remote(train_chunk)
     shared = [ray.put(value) for value in (config, x_minus, y_minus)]  # shipped once, not per chunk
-    pending = {remote.remote(*shared, chunk): chunk for chunk in chunks}
+    pending = {remote.remote(*shared, chunk, device): chunk for chunk in chunks}
     for _ in progress(range(len(pending)), len(pending), f"shadow chunks of {config.chunk_size} (ray)"):
         done, _ = ray.wait(list(pending), num_returns=1)
         finish(pending.pop(done[0]), ray.get(done[0]))
 
 
 def logits_on_probes(farm_params: torch.Tensor, config: FarmConfig, probes: torch.Tensor) -> torch.Tensor:
-    """The black-box view of each model: its logits on fixed probe inputs, as (K, probes·classes)."""
+    """The black-box view of each model: its logits on fixed probe inputs, as (K, probes·classes), on
+    the device of ``farm_params``."""
     network = config.network()
+    probes = probes.to(farm_params.device)
     outputs = vmap(lambda p: functional_call(network, p, (probes,)))(unflatten(farm_params, config))
     return outputs.flatten(1)
 
@@ -510,8 +524,9 @@ def logits_on_probes(farm_params: torch.Tensor, config: FarmConfig, probes: torc
 def farm_accuracy(
     farm_params: torch.Tensor, config: FarmConfig, x: torch.Tensor, y: torch.Tensor
 ) -> torch.Tensor:
-    """(K,) accuracy of each model on (x, y)."""
+    """(K,) accuracy of each model on (x, y), on the device of ``farm_params``."""
     network = config.network()
+    x, y = x.to(farm_params.device), y.to(farm_params.device)
     with torch.no_grad():
         outputs = vmap(lambda p: functional_call(network, p, (x,)))(unflatten(farm_params, config))
     return (outputs.argmax(-1) == y).double().mean(-1)

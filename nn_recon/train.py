@@ -25,6 +25,7 @@ from recon_core.progress import progress
 
 MODEL_FORMAT = "nn-recon-model/1"
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,15 @@ class TrainedModel:
 
 
 def resolve_device(device: str) -> torch.device:
+    """The torch device of a --device choice (see ``DEVICES``); 'auto' is CUDA when present."""
+    if device not in DEVICES:
+        raise ReconError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ReconError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ReconError(
+            "--device cuda was asked for but no CUDA device is available; use --device cpu or auto"
+        )
     return torch.device(device)
 
 

@@ -97,24 +97,26 @@ def fit_classifier(
     config: SettingConfig,
     seed: int,
     checkpoint: Path,
+    device: torch.device | str = "cpu",
 ) -> TrainedModel:
-    """Mini-batch Adam on cross-entropy with labels (n,) or soft labels (n, K); checkpointed per epoch."""
-    network = build_network(architecture, seed)
+    """Mini-batch Adam on cross-entropy with labels (n,) or soft labels (n, K) on ``device``;
+    checkpointed per epoch. The batches are drawn on the CPU, the same on any device."""
+    network = build_network(architecture, seed).to(device)
     optimiser = torch.optim.Adam(network.parameters(), config.lr)
     rng = torch.Generator().manual_seed(seed)
     start, seconds = 0, 0.0
     if checkpoint.exists():
-        state = load_torch_file(checkpoint, "a classifier checkpoint", "delete it to start over")
+        state = load_torch_file(checkpoint, "a classifier checkpoint", "delete it to start over", device)
         if state["config"] != asdict(config):
             raise ReconError(f"checkpoint {checkpoint} was written for another setting; delete it")
         load_weights(network, state["network"], checkpoint)
         optimiser.load_state_dict(state["optimiser"])
-        rng.set_state(state["rng"])
+        rng.set_state(state["rng"].cpu())
         start, seconds = state["epoch"], state["seconds"]
-    x, y = torch.as_tensor(images - mean), torch.as_tensor(targets)
+    x, y = torch.as_tensor(images - mean, device=device), torch.as_tensor(targets, device=device)
     started, loss = time.perf_counter() - seconds, torch.tensor(float("nan"))
     for epoch in range(start, config.epochs):
-        order = torch.randperm(len(x), generator=rng).split(config.batch_size)
+        order = torch.randperm(len(x), generator=rng).to(device).split(config.batch_size)
         for batch in progress(order, len(order), f"{architecture.spec} epoch {epoch + 1}"):
             loss = F.cross_entropy(network(x[batch]), y[batch])
             optimiser.zero_grad(set_to_none=True)
@@ -142,11 +144,17 @@ class Setting:
     seconds: dict[str, float]
 
 
+def _device(model: TrainedModel) -> torch.device:
+    return next(model.network.parameters()).device
+
+
 def _in_batches(function, model: TrainedModel, images: np.ndarray, batch: int = 1024) -> torch.Tensor:
-    """``function(network, images - mean)`` without gradients, ``batch`` images at a time."""
-    x = torch.as_tensor(images - model.mean)
+    """``function(network, images - mean)`` without gradients, ``batch`` images at a time, on the
+    model's device; the result on the CPU."""
+    x = torch.as_tensor(images - model.mean, device=_device(model))
     with torch.no_grad():
-        return torch.cat([function(model.network, x[i : i + batch]) for i in range(0, len(x), batch)])
+        parts = [function(model.network, x[i : i + batch]) for i in range(0, len(x), batch)]
+    return torch.cat(parts).cpu()
 
 
 def soft_labels(model: TrainedModel, images: np.ndarray) -> np.ndarray:
@@ -160,8 +168,11 @@ def _missing(path: Path, train: bool) -> bool:
     return not path.exists()
 
 
-def prepare_setting(config: SettingConfig, workdir: str | Path, train: bool = True) -> Setting:
-    """Load the classifiers from ``workdir``, training (and saving) those not there yet if ``train``."""
+def prepare_setting(
+    config: SettingConfig, workdir: str | Path, train: bool = True, device: torch.device | str = "cpu"
+) -> Setting:
+    """Load the classifiers from ``workdir`` onto ``device``, training (and saving) those not there
+    yet if ``train``."""
     workdir = Path(workdir)
     private, public = load_split(config)
     mean, shape = private.mean, private.images.shape[1:]
@@ -172,7 +183,7 @@ def prepare_setting(config: SettingConfig, workdir: str | Path, train: bool = Tr
     for index, (name, spec) in enumerate(zip(MODEL_NAMES, specs, strict=True)):
         path = workdir / f"{name}.pt"
         if not _missing(path, train):
-            models[name] = load_model(path)
+            models[name] = load_model(path, device=str(device))
             if models[name].config != asdict(config):
                 raise ReconError(f"{path} was trained for another setting; use another --workdir")
             continue
@@ -187,7 +198,7 @@ def prepare_setting(config: SettingConfig, workdir: str | Path, train: bool = Tr
         architecture = Architecture.parse(spec, shape, len(classes))
         checkpoint = path.with_suffix(".ckpt")
         seed = config.seed + index
-        model = fit_classifier(architecture, images, targets, mean, classes, config, seed, checkpoint)
+        model = fit_classifier(architecture, images, targets, mean, classes, config, seed, checkpoint, device)
         models[name] = model
         save_model(model, path)
         seconds[name] = model.seconds
@@ -219,15 +230,16 @@ def gan_path(workdir: str | Path, kind: str) -> Path:
 
 
 def prepare_gan(config: GanConfig, setting: Setting, workdir: str | Path) -> Gan:
-    """Load ``gan-<kind>.pt`` from ``workdir``, or train it on the public images (resumably) and save it."""
-    path = gan_path(workdir, config.kind)
+    """Load ``gan-<kind>.pt`` from ``workdir``, or train it on the public images (resumably) and save it;
+    on the target's device."""
+    path, device = gan_path(workdir, config.kind), _device(setting.target)
     if path.exists():
-        gan = load_gan(path)
+        gan = load_gan(path, device)
         if gan.config != config:
             raise ReconError(f"{path} was trained with another GAN config; use another --workdir")
         return gan
     labels = soft_labels(setting.target, setting.public) if config.kind == "kedmi" else None
-    gan = train_gan(config, setting.public, labels, checkpoint=path.with_suffix(".ckpt"))
+    gan = train_gan(config, setting.public, labels, checkpoint=path.with_suffix(".ckpt"), device=device)
     save_gan(gan, path)
     path.with_suffix(".ckpt").unlink(missing_ok=True)
     return gan
@@ -268,7 +280,7 @@ def identity_loss(
 ) -> torch.Tensor:
     """Per image: CE or −logit_y, over the target alone or averaged with the augmented models (MA),
     plus λ‖p − p_reg‖² (mean over the feature axis) of the target's features p for LOM and LOMMA."""
-    x = images - torch.as_tensor(target.mean)
+    x = images - torch.as_tensor(target.mean, device=images.device)
     features = penultimate(target.network, x)
     logits = [target.network.readout(features)]
     if loss in ("ma", "lomma"):
@@ -314,11 +326,13 @@ def invert(config: InversionConfig, gan: Gan, setting: Setting) -> dict[int, Wei
     check_compatible(gan, setting, config.method)
     _frozen(gan.generator, gan.discriminator, setting.target.network, *(m.network for m in setting.augmented))
     k, r, d = setting.target.architecture.num_outputs, config.restarts, gan.config.latent_dim
-    rng = torch.Generator().manual_seed(config.seed)
+    device = _device(setting.target)
+    rng = torch.Generator().manual_seed(config.seed)  # on the CPU: the same latents on any device
     p_reg = _in_batches(penultimate, setting.target, setting.public[: config.public_for_p_reg]).mean(0)
-    labels = torch.arange(k).repeat_interleave(r)
-    mu = torch.randn(k * r, d, generator=rng).clamp(-config.clip, config.clip).requires_grad_()
-    log_var = torch.zeros(k * r, d, requires_grad=config.method == "kedmi")
+    p_reg = p_reg.to(device)
+    labels = torch.arange(k, device=device).repeat_interleave(r)
+    mu = torch.randn(k * r, d, generator=rng).clamp(-config.clip, config.clip).to(device).requires_grad_()
+    log_var = torch.zeros(k * r, d, device=device, requires_grad=config.method == "kedmi")
     if config.method == "gmi":
         optimiser = torch.optim.SGD([mu], config.lr, momentum=0.9)
     else:
@@ -327,7 +341,7 @@ def invert(config: InversionConfig, gan: Gan, setting: Setting) -> dict[int, Wei
     def latents() -> torch.Tensor:
         if config.method == "gmi":
             return mu
-        return reparameterised(mu, log_var, torch.randn(k * r, d, generator=rng), config.clip)
+        return reparameterised(mu, log_var, torch.randn(k * r, d, generator=rng).to(device), config.clip)
 
     for _ in progress(range(config.steps), config.steps, f"{config.method}+{config.loss}"):
         images = gan.generator(latents())
@@ -342,9 +356,9 @@ def invert(config: InversionConfig, gan: Gan, setting: Setting) -> dict[int, Wei
             mu.clamp_(-config.clip, config.clip)
     with torch.no_grad():
         z = latents().detach()
-        images = gan.generator(z).numpy()
+        images = gan.generator(z).cpu().numpy()
     meta = {**asdict(config), "classes": list(setting.private.classes)}
-    z, names = z.numpy(), setting.private.classes
+    z, names, labels = z.cpu().numpy(), setting.private.classes, labels.cpu().numpy()
     return {
         c: WeightedMeasure.empirical(
             {"image": images[labels == c], "latent": z[labels == c]}, **meta, label=c, name=names[c]
@@ -376,7 +390,8 @@ class Evaluator:
         images = np.concatenate([m.points["image"] for m in measures.values()])
         labels = np.concatenate([np.full(len(m), c) for c, m in measures.items()])
         features = self.features(images)
-        logits = self.model.network.readout(torch.as_tensor(features)).detach().numpy()
+        readout = self.model.network.readout
+        logits = readout(torch.as_tensor(features, device=readout.weight.device)).detach().cpu().numpy()
         all_digits = _in_batches(torch.nn.Module.__call__, self.all_digits, images).numpy()
         attacked = [soft_labels(model, images) for model in self.augmented]
         return {

@@ -104,8 +104,11 @@ def _split(config: InformedAttackConfig):
     )
 
 
-def train_farms(config: InformedAttackConfig, out: str | Path) -> tuple[Farm, Farm, dict[str, float]]:
-    """The released models (one per target) and the shadow farm, trained or reused under ``out``."""
+def train_farms(
+    config: InformedAttackConfig, out: str | Path, device: torch.device | str = "cpu"
+) -> tuple[Farm, Farm, dict[str, float]]:
+    """The released models (one per target) and the shadow farm, trained on ``device`` or reused
+    under ``out``."""
     out = Path(out)
     _, (x_minus, y_minus), (shadow_x, shadow_y), (test_x, test_y) = _split(config)
     timings: dict[str, float] = {}
@@ -116,25 +119,32 @@ def train_farms(config: InformedAttackConfig, out: str | Path) -> tuple[Farm, Fa
         (f"shadows_{config.shadows}", shadow_x, shadow_y, 0),
     ):
         start = time.perf_counter()
-        farms.append(build_farm(config.farm, x_minus, y_minus, xs, ys, out / name, noise_seed=noise_seed))
+        farms.append(
+            build_farm(
+                config.farm, x_minus, y_minus, xs, ys, out / name, noise_seed=noise_seed, device=device
+            )
+        )
         timings[f"{name}_s"] = time.perf_counter() - start
     return farms[0], farms[1], timings
 
 
-def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> InformedAttackResult:
-    """Train (or reuse) the farms under ``out``, fit the RecoNN, reconstruct and score the targets."""
+def run_informed_attack(
+    config: InformedAttackConfig, out: str | Path, device: torch.device | str = "cpu"
+) -> InformedAttackResult:
+    """Train (or reuse) the farms under ``out``, fit the RecoNN, reconstruct and score the targets:
+    every training and scoring network on ``device``, the results on the CPU."""
     if config.shadows < 2:  # refused before the farms are trained, not after
         raise ReconError(f"the RecoNN learns from the shadow models: needs >= 2, not {config.shadows}")
     out = Path(out)
     (train_x, train_y), (x_minus, _), (shadow_x, _), (test_x, test_y) = _split(config)
     target_x, target_y = test_x[: config.targets], test_y[: config.targets]
-    released, shadows, timings = train_farms(config, out)
+    released, shadows, timings = train_farms(config, out, device)
     if config.representation == "weights":
         shadow_features, released_features = shadows.params, released.params
     else:
         probes = train_x[-config.probes :]  # fixed inputs the adversary queries, outside D⁻ and shadows
-        shadow_features = logits_on_probes(shadows.params, config.farm, probes)
-        released_features = logits_on_probes(released.params, config.farm, probes)
+        shadow_features = logits_on_probes(shadows.params.to(device), config.farm, probes).cpu()
+        released_features = logits_on_probes(released.params.to(device), config.farm, probes).cpu()
 
     start = time.perf_counter()
     reconstructor = train_reconstructor(
@@ -142,15 +152,16 @@ def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> Inform
         shadow_features,
         shadow_x,
         checkpoint=out / f"reconn_{config.representation}_{len(shadow_x)}.pt",
+        device=device,
     )
     reconstructions = decode_features(reconstructor, released_features)
     timings["reconn_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
     pool = torch.cat([x_minus, shadow_x])
-    classifier = train_evaluation_classifier(train_x, train_y, seed=config.seed)
+    classifier = train_evaluation_classifier(train_x, train_y, seed=config.seed, device=device)
     scores = score_informed(target_x.numpy(), reconstructions.numpy(), pool.numpy(), classifier)
-    released_accuracy = float(farm_accuracy(released.params, config.farm, test_x, test_y).mean())
+    released_accuracy = float(farm_accuracy(released.params.to(device), config.farm, test_x, test_y).mean())
     timings["metrics_s"] = time.perf_counter() - start
     measure = WeightedMeasure.empirical(
         {"image": reconstructions.numpy()},
@@ -170,14 +181,22 @@ def run_informed_attack(config: InformedAttackConfig, out: str | Path) -> Inform
     )
 
 
-def train_evaluation_classifier(images: torch.Tensor, labels: torch.Tensor, epochs: int = 3, seed: int = 0):
-    """The KL metric's separately trained classifier: a 784-256-10 ReLU MLP, Adam on mini-batches."""
+def train_evaluation_classifier(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    epochs: int = 3,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+):
+    """The KL metric's separately trained classifier: a 784-256-10 ReLU MLP, Adam on mini-batches,
+    on ``device`` (batches drawn on the CPU)."""
     torch.manual_seed(seed)
-    classifier = ClassifierMLP((math.prod(images.shape[1:]), 256, int(labels.max()) + 1), "relu")
+    classifier = ClassifierMLP((math.prod(images.shape[1:]), 256, int(labels.max()) + 1), "relu").to(device)
     optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(seed)
+    images, labels = images.to(device), labels.to(device)
     for _ in range(epochs):
-        for batch in torch.randperm(len(images), generator=generator).split(128):
+        for batch in torch.randperm(len(images), generator=generator).to(device).split(128):
             optimiser.zero_grad()
             F.cross_entropy(classifier(images[batch]), labels[batch]).backward()
             optimiser.step()

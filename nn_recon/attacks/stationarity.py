@@ -13,15 +13,21 @@ One objective serves the family. With per-point scores s_i(θ) and a regulariser
   training loss; a = 1/m, so a·λ are absolute weights (1/n each for the true training set of a
   model trained on the mean loss with weight decay wd).
 
-During the attack ReLU keeps its values but differentiates as sigmoid(βz), so the gradient wrt x
-exists. Pixels stay in [0, 1] (the box prior, by projection), λ ≥ λ_min (by projection). Runs draw
-their learning rate, initial scale, λ_min and β from log-uniform ranges, each from its own seed,
-and a batch of runs is optimised together with Adam.
+The network is any differentiable classifier (an ``nn.Module`` taking images (n, C, H, W) and giving
+one logit for two classes or K logits), called through ``torch.func.functional_call``. During the
+attack every ReLU in it keeps its values but differentiates as sigmoid(βz) (``SurrogateReLU``), so
+the gradient wrt x is informative. Pixels stay in [0, 1] (the box prior, by projection), λ ≥ λ_min
+(by projection). Runs draw their learning rate, initial scale, λ_min and β from log-uniform ranges,
+each from its own seed, and a batch of runs is optimised together with Adam.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,13 +35,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 from nn_recon.checkpoint import load_torch_file, save_atomically
 from nn_recon.metrics import pairwise_ncc
-from nn_recon.models import margins
+from nn_recon.models import SurrogateReLU, margins
 from nn_recon.train import TrainedModel, resolve_device, resolve_dtype
+from nn_recon.user_model import check_classes, infer_input_shape, output_width
 from recon_core.errors import ReconError, require_at_least, require_positive
 from recon_core.measure import WeightedMeasure
 from recon_core.progress import progress
@@ -101,6 +109,69 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class AttackTarget:
+    """What the attack needs of a classifier: the network, the (C, H, W) it takes, its class count,
+    the mean image subtracted from its inputs (zeros: it takes images in [0, 1]), the weight decay it
+    was trained with where known, and ``identity``, a hash of its weights (and source) that the
+    ``out_dir`` fingerprint records."""
+
+    network: nn.Module
+    input_shape: tuple[int, ...]
+    num_classes: int
+    mean: np.ndarray
+    weight_decay: float | None
+    identity: str
+
+
+def _weights_digest(network: nn.Module, source: str) -> str:
+    """SHA-256 of the class name, ``source`` and the state_dict, floats as float64 (exact for float32),
+    so that the attack moving the network to another dtype or device leaves it unchanged."""
+    digest = hashlib.sha256(f"{type(network).__qualname__}\n{source}".encode())
+    for name, value in network.state_dict().items():
+        value = value.detach().cpu()
+        value = value.to(torch.float64) if value.is_floating_point() else value
+        digest.update(name.encode())
+        digest.update(value.contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def as_target(
+    model: TrainedModel | nn.Module | AttackTarget,
+    input_shape: tuple[int, ...] | None = None,
+    num_classes: int | None = None,
+    source: str = "",
+) -> AttackTarget:
+    """The attack's view of a model trained by nn-recon or of any classifier ``nn.Module``.
+
+    For a module, ``input_shape`` and ``num_classes`` default to what the module shows (see
+    :mod:`nn_recon.user_model`); ``source`` (e.g. a hash of its Python file) joins its identity.
+    """
+    if isinstance(model, AttackTarget):
+        return model
+    if isinstance(model, TrainedModel):
+        return AttackTarget(
+            model.network,
+            model.architecture.input_shape,
+            len(model.classes),
+            model.mean,
+            model.config.get("weight_decay") or None,
+            _weights_digest(model.network, source),
+        )
+    if not isinstance(model, nn.Module):
+        raise ReconError(f"the attack takes an nn.Module or a TrainedModel, not a {type(model).__name__}")
+    # No dropout, batch norm from its running statistics; a torch.export module's mode was fixed when
+    # it was exported (and its eval() raises).
+    with contextlib.suppress(NotImplementedError):
+        model.eval()
+    shape = tuple(int(s) for s in input_shape) if input_shape else infer_input_shape(model)
+    if num_classes is not None:
+        require_at_least(2, classes=num_classes)
+    classes = check_classes(output_width(model, shape), num_classes)
+    mean = np.zeros(shape, np.float32)
+    return AttackTarget(model, shape, classes, mean, None, _weights_digest(model, source))
+
+
+@dataclass(frozen=True)
 class StationarityResult:
     """The selected reconstruction, every run's own measure, and the runs that diverged."""
 
@@ -129,17 +200,27 @@ def _point_scores(outputs: torch.Tensor, labels: torch.Tensor, objective: str) -
 class StationarityLoss:
     """``loss(x, λ, β)`` for one run (candidates centred by the data mean), and its batched gradient."""
 
-    def __init__(self, model: TrainedModel, labels: torch.Tensor, objective: str, weight_decay: float | None):
+    def __init__(
+        self,
+        model: TrainedModel | nn.Module | AttackTarget,
+        labels: torch.Tensor,
+        objective: str,
+        weight_decay: float | None,
+    ):
         if objective not in OBJECTIVES:
             raise ReconError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-        self.network = model.network
-        self.params = model.parameters()
+        target = as_target(model)
+        self.network = target.network
+        self.params = {name: p.detach() for name, p in target.network.named_parameters()}
         self.labels = labels
         self.objective = objective
         if objective == "posterior":
-            weight_decay = weight_decay if weight_decay is not None else model.config.get("weight_decay", 0.0)
+            weight_decay = weight_decay if weight_decay is not None else target.weight_decay
             if not weight_decay:
-                raise ReconError("the posterior objective needs the weight decay the model was trained with")
+                raise ReconError(
+                    "the posterior objective needs the weight decay the model was trained with; "
+                    "pass --weight-decay"
+                )
         self.prior_scale = 1.0 if objective == "kkt" else float(weight_decay)
         self.prior_norm = self.prior_scale**2 * sum(p.square().sum() for p in self.params.values())
 
@@ -147,7 +228,8 @@ class StationarityLoss:
         """∇_θ Σ_i λ_i s_i(θ; x_i): one backward pass through the weighted sum of scores."""
 
         def weighted_score(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            outputs = functional_call(self.network, params, (x,), {"surrogate_beta": beta})
+            with SurrogateReLU(beta):
+                outputs = functional_call(self.network, params, (x,))
             return (lam * _point_scores(outputs, self.labels, self.objective)).sum()
 
         return grad(weighted_score)(self.params)
@@ -251,15 +333,15 @@ def _optimise_batch(
     loss: StationarityLoss,
     settings: list[RunSettings],
     config: StationarityConfig,
-    model: TrainedModel,
+    target: AttackTarget,
     checkpoint: Path | None,
     on_step: Callable[[int, torch.Tensor], None] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
     """Optimise the runs in ``settings`` together; returns x, λ, β, final losses and diverged indices."""
     params = next(iter(loss.params.values()))
     device, dtype = params.device, params.dtype
-    shape = (len(settings), config.points, *model.architecture.input_shape)
-    mean = torch.as_tensor(model.mean, dtype=dtype, device=device)
+    shape = (len(settings), config.points, *target.input_shape)
+    mean = torch.as_tensor(target.mean, dtype=dtype, device=device)
 
     def per_run(values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=device)
@@ -279,9 +361,11 @@ def _optimise_batch(
     optimiser = _Adam([x, lam], [lr, lr * config.lambda_lr_factor])
     stopped = torch.zeros(len(settings), dtype=torch.bool, device=device)
     losses = torch.full((len(settings),), math.nan, dtype=dtype, device=device)
-    start = 0
+    start, indices = 0, [s.index for s in settings]
+    state = None
     if checkpoint and checkpoint.exists():
         state = load_torch_file(checkpoint, "an attack checkpoint", "delete it to redo its runs", device)
+    if state is not None and state.get("runs") == indices:  # a batch of other runs (--runs changed) restarts
         x, lam, stopped, losses = state["x"], state["lam"], state["stopped"], state["losses"]
         start = state["step"]
         optimiser.load(state["adam"])
@@ -304,7 +388,7 @@ def _optimise_batch(
             on_step(step, values)
         if checkpoint and (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
             state = {"x": x, "lam": lam, "stopped": stopped, "losses": losses, "step": step + 1}
-            save_atomically(checkpoint, {**state, "adam": optimiser.state()})
+            save_atomically(checkpoint, {**state, "adam": optimiser.state(), "runs": indices})
     losses = torch.where(stopped, losses, vmap(loss)(x, lam, beta))
     diverged = [s.index for s, bad in zip(settings, stopped.tolist(), strict=True) if bad]
     return x, lam, beta, losses, diverged
@@ -315,23 +399,73 @@ def _initial_images(settings: RunSettings, config: StationarityConfig, shape: tu
     return settings.init_scale * torch.randn(config.points, *shape, generator=generator, dtype=dtype)
 
 
+FINGERPRINT = "fingerprint.json"
+# Not part of the fingerprint: more --runs extend a search, and where it runs does not change it.
+_UNFINGERPRINTED = ("runs", "device")
+# What an attack writes into its --out folder (match adds match.json and match.png): --fresh clears these.
+_OUTPUTS = ("runs", "reconstruction.npz", "reconstruction.json", "match.json", "match.png", FINGERPRINT)
+
+
+def _fingerprint(target: AttackTarget, config: StationarityConfig) -> dict:
+    settings = {k: v for k, v in asdict(config).items() if k not in _UNFINGERPRINTED}
+    return json.loads(json.dumps({"model": target.identity, "settings": settings}))
+
+
+def _claim(out: Path, fingerprint: dict, fresh: bool) -> None:
+    """Make ``out`` the folder of this model and these settings: refuse one that holds another's
+    runs, or (``fresh``) clear what an earlier attack wrote there first."""
+    saved = out / FINGERPRINT
+    if fresh:
+        for name in _OUTPUTS:
+            path = out / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    elif saved.is_file() or (out / "runs").exists() or (out / "reconstruction.npz").exists():
+        before = json.loads(saved.read_text()) if saved.is_file() else None
+        if before != fingerprint:
+            if before is None:
+                what = "runs without a fingerprint (an older nn-recon)"
+            elif before.get("model") != fingerprint["model"]:
+                what = "runs of another model (its weights or source differ)"
+            else:
+                now = fingerprint["settings"]
+                changed = sorted(k for k in now if before["settings"].get(k) != now[k])
+                what = f"runs made with other settings ({', '.join(changed)})"
+            raise ReconError(
+                f"--out {out} holds {what}; pass --fresh to replace them or choose another --out folder"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(fingerprint, indent=2))
+
+
 def reconstruct(
-    model: TrainedModel,
+    model: TrainedModel | nn.Module | AttackTarget,
     config: StationarityConfig = StationarityConfig(),
     out_dir: str | Path | None = None,
     on_step: Callable[[int, torch.Tensor], None] | None = None,
+    *,
+    fresh: bool = False,
 ) -> StationarityResult:
     """Run the attack on ``model`` and return the selected reconstruction.
 
+    ``model`` is a model trained by nn-recon, any classifier ``nn.Module`` taking images in [0, 1]
+    (its input shape and class count read from it; pass :func:`as_target` of it to give them), or
+    an :class:`AttackTarget`. The network is moved to ``config.device`` and ``config.dtype``.
     With ``out_dir``, every finished run is saved under ``out_dir/runs`` and a batch in progress is
-    checkpointed; calling again with the same config skips finished runs and resumes the batch.
+    checkpointed; calling again with the same model and config skips finished runs and resumes the
+    batch. A folder holding runs of another model or config is refused, or cleared with ``fresh``.
     """
     device, dtype = resolve_device(config.device), resolve_dtype(config.dtype)
-    model.network.to(device, dtype)
-    labels_np = candidate_labels(config.points, len(model.classes))
-    labels = torch.as_tensor(labels_np, device=device)
-    loss = StationarityLoss(model, labels, config.objective, config.weight_decay)
+    target = as_target(model)
+    labels_np = candidate_labels(config.points, target.num_classes)
     out = Path(out_dir) if out_dir is not None else None
+    if out:
+        _claim(out, _fingerprint(target, config), fresh)
+    target.network.to(device, dtype)
+    labels = torch.as_tensor(labels_np, device=device)
+    loss = StationarityLoss(target, labels, config.objective, config.weight_decay)
     measures: dict[int, WeightedMeasure] = {}
     diverged: list[int] = []
     pending = []
@@ -340,12 +474,12 @@ def reconstruct(
             measures[index] = WeightedMeasure.load(_run_path(out, index))
         else:
             pending.append(RunSettings.draw(config, index))
-    mean = model.mean[None]
+    mean = target.mean[None]
     for start in range(0, len(pending), config.runs_per_batch):
         batch = pending[start : start + config.runs_per_batch]
         checkpoint = out / "runs" / f"batch_{batch[0].index:04d}.ckpt" if out else None
         started = time.perf_counter()
-        x, lam, beta, losses, bad = _optimise_batch(loss, batch, config, model, checkpoint, on_step)
+        x, lam, beta, losses, bad = _optimise_batch(loss, batch, config, target, checkpoint, on_step)
         seconds = (time.perf_counter() - started) / len(batch)
         diverged += bad
         for i, run in enumerate(batch):

@@ -79,3 +79,22 @@ def test_one_reconstruction_matched_to_two_training_images_is_one_distinct_succe
     np.testing.assert_array_equal(result.recon_index, [0, 0, 1])
     assert result.successes() == {0.4: 3, 0.5: 3, 0.6: 3}
     assert result.distinct() == {0.4: 2, 0.5: 2, 0.6: 2}
+
+
+def test_public_baseline_is_beaten_by_the_training_image_itself_not_by_the_class_mean():
+    from nn_recon.metrics import BaselineComparison, public_baseline
+
+    images, labels = load_digits()
+    train, train_labels = images[:6], labels[:6] % 2
+    public, public_labels = images[100:160], labels[100:160] % 2
+    baseline = public_baseline(train, train_labels, public, public_labels)
+    assert baseline.shape == (6,) and np.all(baseline < 1)  # the target's images are not public
+    exact = BaselineComparison(ssim(train, train), baseline)
+    assert exact.beats == 6 and exact.mean_margin() == pytest.approx(float(np.mean(1 - baseline)))
+    means = np.stack([public[public_labels == c].mean(0) for c in train_labels])
+    blurry = BaselineComparison(ssim(train, means), baseline)
+    assert blurry.beats == 0 and blurry.mean_margin() is None
+    # A public image that is the training image itself: nothing beats that baseline.
+    assert np.all(public_baseline(train, train_labels, images[:60], labels[:60] % 2) == pytest.approx(1.0))
+    with pytest.raises(ReconError, match="no image of class"):
+        public_baseline(train, train_labels, public[public_labels == 0], public_labels[public_labels == 0])

@@ -208,3 +208,20 @@ def test_selection_prunes_small_weights_and_keeps_the_heaviest_of_duplicates():
     # images[2]: run 0's weight is pruned, run 1's 0.3 stays.
     assert sorted(chosen.weights.tolist()) == [0.3, 1.0, 2.0]
     assert chosen.meta["run_of_point"].tolist() == [1, 0, 1]
+
+
+def test_a_batch_checkpoint_of_other_runs_is_not_resumed(tmp_path):
+    """With fewer --runs, the batch starting at run 0 holds other runs than the checkpoint: it restarts."""
+    model, config = tiny_attack_setup()
+
+    def stop_at_25(step, values):
+        if step == 25:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)  # runs 0 and 1 checkpointed
+    one_run = StationarityConfig(**{**config.__dict__, "runs": 1})
+    resumed = reconstruct(model, one_run, out_dir=tmp_path)
+    np.testing.assert_array_equal(
+        resumed.runs[0].points["image"], reconstruct(model, one_run).runs[0].points["image"]
+    )

