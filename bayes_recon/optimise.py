@@ -90,10 +90,7 @@ def optax_optimiser(objective: Objective, config: OptimiserConfig, steps: int) -
             value = optax.tree_utils.tree_get(opt_state, "value")
             grad = optax.tree_utils.tree_get(opt_state, "grad")
         new = RunState(params, opt_state, value, grad, key)
-        # A zoom line search that runs out of steps returns its last trial, which may be far worse.
-        kept = value <= state.value if reuse else True
-        accept = kept & jnp.isfinite(value) & _finite(params) & _finite(grad)
-        return tree_where(accept, new, state._replace(key=key))
+        return tree_where(jnp.isfinite(value) & _finite(params) & _finite(grad), new, state._replace(key=key))
 
     return Optimiser(init, step)
 
@@ -187,7 +184,8 @@ def minimise(
     hessian_objective: Objective | None = None,
     limit: Array | None = None,
 ) -> tuple[RunState, Array, Any, Array]:
-    """Up to ``steps`` updates: final state, objective and ``record(params)`` per step, and steps taken.
+    """Up to ``steps`` updates: the best state (the last for Adam), objective and ``record(params)``
+    per step, and steps taken.
 
     The loop stops early once ``patience`` steps in a row change the objective by less than
     ``tol`` (relative; never for Adam, whose objective may be a minibatch); the traces then repeat
@@ -211,12 +209,14 @@ def minimise(
     class Loop(NamedTuple):
         index: Array
         state: RunState
+        best: RunState  # the lowest objective so far (deterministic objectives)
         values: Array
         records: Any
         calm: Array  # consecutive steps without change
 
     def body(loop: Loop) -> Loop:
         new = optimiser.step(loop.state)
+        best = tree_where(new.value < loop.best.value, new, loop.best)
         still = jnp.abs(new.value - loop.state.value) <= tol * jnp.maximum(1.0, jnp.abs(new.value))
         calm = jnp.where(still & (not stochastic), loop.calm + 1, 0)
         rest = jnp.arange(steps) >= loop.index
@@ -227,10 +227,23 @@ def minimise(
             loop.records,
             now,
         )
-        return Loop(loop.index + 1, new, values, records, calm)
+        return Loop(loop.index + 1, new, best, values, records, calm)
 
     def cond(loop: Loop) -> Array:
         return (loop.index < (steps if limit is None else jnp.minimum(steps, limit))) & (loop.calm < patience)
 
-    final = jax.lax.while_loop(cond, body, Loop(jnp.asarray(0), state, values, records, jnp.asarray(0)))
-    return final.state, final.values, final.records, final.index
+    start = Loop(jnp.asarray(0), state, state, values, records, jnp.asarray(0))
+    final = jax.lax.while_loop(cond, body, start)
+    if stochastic:  # a minibatch's value does not rank iterates
+        return final.state, final.values, final.records, final.index
+    # A zoom line search that runs out of steps returns its last trial, which may be worse: the run
+    # goes on from it (L-BFGS often recovers), but ends at its best iterate, whose value and record
+    # fill the rows from its last step on.
+    tail = jnp.arange(steps) >= final.index - 1
+    values = jnp.where(tail, final.best.value, final.values)
+    records = jax.tree_util.tree_map(
+        lambda trace, leaf: jnp.where(tail.reshape((-1,) + (1,) * jnp.ndim(leaf)), leaf, trace),
+        final.records,
+        record(final.best.params),
+    )
+    return final.best, values, records, final.index
