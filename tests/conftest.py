@@ -69,33 +69,38 @@ def verdict_first() -> Callable[[str], None]:
     return check
 
 
+def _after_load(browser: str, tmp_path: Path, page: Path, expression: str) -> tuple[str, str]:
+    """The text of a JavaScript ``expression`` evaluated once ``page`` has loaded in headless Chromium
+    (written into the DOM by a script in a copy of the page), and the page's DOM."""
+    probe = tmp_path / f"probe-{page.name}"
+    script = (
+        "<script>window.addEventListener('load', () => { const out = document.createElement('pre');"
+        f" out.id = 'probe'; out.textContent = {expression}; document.body.appendChild(out); }});</script>"
+    )
+    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
+    run = [browser, *BROWSER_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    result = subprocess.run([*run, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert '<pre id="probe">' in result.stdout, result.stderr[-2000:]
+    return result.stdout.split('<pre id="probe">')[1].split("</pre>")[0], result.stdout
+
+
 @pytest.fixture
 def chromium_layout(tmp_path) -> Callable[[Path], tuple[float, Path]]:
     """Opens an HTML page in headless Chromium in a 1280 × 800 window: returns the bottom of its
-    verdict block in CSS pixels (from getBoundingClientRect, written into the DOM by a script) and a
-    screenshot of the first screen. Skips where Chromium is not installed."""
+    verdict block in CSS pixels (getBoundingClientRect) and a screenshot of the first screen. Skips
+    where Chromium is not installed."""
     browser = _browser()
 
     def open_page(page: Path) -> tuple[float, Path]:
-        probe = tmp_path / f"layout-{page.name}"
-        script = (
-            "<script>window.addEventListener('load', () => { const out = document.createElement('pre');"
-            " out.id = 'layout'; out.textContent = document.getElementById('verdict')"
-            ".getBoundingClientRect().bottom; document.body.appendChild(out); });</script>"
+        bottom, _ = _after_load(
+            browser, tmp_path, page, "document.getElementById('verdict').getBoundingClientRect().bottom"
         )
-        probe.write_text(page.read_text().replace("</body>", script + "</body>"))
-        profile = tmp_path / "profile"
-        run = [browser, *BROWSER_FLAGS, f"--user-data-dir={profile}"]
-        dom = subprocess.run(
-            [*run, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
-        )
-        assert '<pre id="layout">' in dom.stdout, dom.stderr[-2000:]
-        bottom = float(dom.stdout.split('<pre id="layout">')[1].split("</pre>")[0])
         png = tmp_path / f"{page.stem}.png"
+        run = [browser, *BROWSER_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
         shot = subprocess.run([*run, f"--screenshot={png}", page.as_uri()], capture_output=True, text=True,
                               timeout=120)  # fmt: skip
         assert png.is_file() and png.stat().st_size > 0, shot.stderr[-2000:]
-        return bottom, png
+        return float(bottom), png
 
     return open_page
 
@@ -107,23 +112,12 @@ def chromium_images(tmp_path) -> Callable[[Path], tuple[ImageSizes, str]]:
     browser = _browser()
 
     def open_page(page: Path) -> tuple[ImageSizes, str]:
-        # A copy that writes every image's decoded size into the DOM once the page has loaded.
-        probe = tmp_path / f"probe-{page.name}"
-        script = (
-            "<script>window.addEventListener('load', () => { const out = document.createElement('pre');"
-            " out.id = 'sizes'; out.textContent = JSON.stringify([...document.images].map("
-            "i => [i.complete, i.naturalWidth, i.naturalHeight])); document.body.appendChild(out); });"
-            "</script>"
+        sizes, dom = _after_load(
+            browser,
+            tmp_path,
+            page,
+            "JSON.stringify([...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight]))",
         )
-        probe.write_text(page.read_text().replace("</body>", script + "</body>"))
-        result = subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-             "--dump-dom", probe.as_uri()],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        dom = result.stdout
-        assert '<pre id="sizes">' in dom, result.stderr[-2000:]
-        sizes = json.loads(dom.split('<pre id="sizes">')[1].split("</pre>")[0])
-        return [tuple(size) for size in sizes], dom
+        return [tuple(size) for size in json.loads(sizes)], dom
 
     return open_page

@@ -118,28 +118,6 @@ def test_python_dash_m_runs_the_cli():
     assert "kidiq-kidscore_momiq" in result.stdout
 
 
-def test_out_of_scope_posterior_exits_2_with_the_reason(capsys, monkeypatch, fake_reconstruct):
-    monkeypatch.chdir(REPO)
-    if not (SHARED_DB / "posteriors" / "eight_schools-eight_schools_noncentered.json").is_file():
-        pytest.skip(f"no eight_schools posterior in {REPO / SHARED_DB}")
-    argv = [
-        "reconstruct",
-        "--posterior",
-        "eight_schools-eight_schools_noncentered",
-        "--posteriordb",
-        str(SHARED_DB),
-    ]
-    assert main(["--quiet", *argv]) == 2
-    err = capsys.readouterr().err
-    assert "out of scope" in err and "latent" in err and "Traceback" not in err
-    assert not fake_reconstruct
-
-
-def test_usage_errors_return_2(capsys):
-    assert main(["reconstruct", "--points", "many"]) == 2
-    assert "invalid int value" in capsys.readouterr().err
-
-
 def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
     out_json, prefix = tmp_path / "kidiq.json", tmp_path / "measure"
     argv = [
