@@ -33,7 +33,7 @@ def model_features(setup: AttackSetup, points: Mapping[str, np.ndarray], max_dra
 
     def per_draw(z: jax.Array) -> jax.Array:
         theta = coordinates.shift + coordinates.scale @ z
-        return jax.jacfwd(lambda th: model.loglik_per_point(th, data))(theta) @ coordinates.scale  # (M, d)
+        return model.point_scores(theta, data) @ coordinates.scale  # (M, d)
 
     scores = jax.jit(jax.vmap(per_draw))(draws)  # (S, M, d)
     return np.asarray(jnp.transpose(scores, (1, 0, 2)).reshape(scores.shape[1], -1)) / np.sqrt(len(draws))

@@ -113,12 +113,13 @@ def point_information(
 ) -> Array:
     """Each point's Fisher information per unit weight, E_s ||∇_z log p(x_j | θ_s)||² over ``draws`` (M,)."""
 
-    def loglik(z: Array) -> Array:
-        return weighted.loglik_per_point(coordinates.shift + coordinates.scale @ z, points)
+    def information(z: Array) -> Array:
+        scores = weighted.point_scores(coordinates.shift + coordinates.scale @ z, points) @ coordinates.scale
+        return jnp.sum(scores**2, axis=-1)
 
     n_points = len(next(iter(points.values())))
     at_once = max(1, GRADIENT_BUDGET // (n_points * draws.shape[1] ** 2))
-    information = map_in_chunks(lambda z: jnp.sum(jax.jacfwd(loglik)(z) ** 2, axis=-1), draws, at_once)
+    information = map_in_chunks(information, draws, at_once)
     return jnp.mean(information, axis=0)
 
 

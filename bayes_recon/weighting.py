@@ -145,6 +145,10 @@ class WeightedModel:
                 total = total + jnp.reshape(lp, (n, -1)).sum(axis=1)
         return total
 
+    def point_scores(self, theta: Array, data: Mapping[str, Array]) -> Array:
+        """∇_θ log p(x_j | θ) for every point j, (M, d), θ unconstrained flat: the model's features."""
+        return jax.jacfwd(lambda th: self.loglik_per_point(th, data))(theta)
+
     def to_unconstrained(self, draws: Mapping[str, np.ndarray], data: Mapping[str, Array]) -> np.ndarray:
         """Constrained draws {site: (S, ...)} to flat unconstrained vectors (S, dim)."""
 
