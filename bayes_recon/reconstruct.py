@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions.constraints import Constraint
 
-from bayes_recon import pseudo
+from bayes_recon import programs, pseudo
 from bayes_recon.checkpoint import Checkpoint, fingerprint
 from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, rademacher_slices, score_matching_terms
 from bayes_recon.modelcheck import Free, prepare_release
@@ -253,11 +253,9 @@ def reconstruct(
         theta = theta[: config.max_draws]
     at_once = config.resolved_restarts_at_once()
     rounds = -(-config.restarts // at_once)
-    store = None
-    if checkpoint is not None:
-        attack = fingerprint(model, release.theta, layout.shapes, fixed, dict(layout.supports), n_points,
-                             seed, config, at_once)  # fmt: skip
-        store = Checkpoint.open(checkpoint, attack)
+    attack = fingerprint(model, release.theta, layout.shapes, fixed, dict(layout.supports), n_points,
+                         seed, config, at_once)  # fmt: skip
+    store = None if checkpoint is None else Checkpoint.open(checkpoint, attack)
     coordinates = (
         Coordinates.standardised(theta)
         if config.coordinates == "standardised"
@@ -286,7 +284,6 @@ def reconstruct(
     begin = make_start(model, weighted, layout, theta, n_points, estimator, config)
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
 
-    @jax.jit
     def attack_round(bases: Array, keys: Array, draws: Array, coarse_draws: Array) -> tuple:
         """One round: ``at_once`` restarts (a leading axis), batched by ``vmap`` when more than one."""
         fns = objectives(draws, coarse_draws)
@@ -305,7 +302,13 @@ def reconstruct(
     if len(finished) < rounds:
         compiling = time.perf_counter()
         cpu = jax.default_backend() == "cpu"
-        lowered = attack_round.lower(bases[:at_once], keys[:at_once], z, coarse_draws)
+        model_calls = (  # where the program calls into the user's model
+            (weighted.log_density, (theta[0], layout.example(2), jnp.ones(2))),
+            (begin.with_responses, (begin.params.cloud, bases[0])),
+        )
+        lowered = programs.lower(
+            attack_round, (bases[:at_once], keys[:at_once], z, coarse_draws), attack, model_calls
+        )
         compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
         compile_seconds = time.perf_counter() - compiling
     _report(progress, len(finished) * at_once, config.restarts)  # compiled (or all found): running

@@ -1,0 +1,89 @@
+"""The attack's traced program, kept on disk beside JAX's compilation cache, so a second run traces nothing.
+
+JAX's persistent cache keeps compiled programs, keyed by the program; but finding the program means
+tracing the attack, several seconds of Python for kidiq (a third of a repeated run). So the traced
+program is exported (``jax.export``, StableHLO) under a key of everything it is made from, and a run
+with the same key loads it instead of tracing. The key holds the attack's identity (the draws, the
+fixed data, the free columns and supports, the settings, this package's source and JAX's version:
+:func:`bayes_recon.checkpoint.fingerprint`) and the model's own computation: the jaxprs (with their
+constants) of the functions the program calls into the user's model, so that an edited model or a
+helper it calls is another program, however its source file is laid out.
+
+Programs are kept only while the compilation cache is on (``jax_compilation_cache_dir`` set, as the
+command line does); the library's default traces every time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from recon_core.files import write_atomically
+
+FOLDER = "recon-audit-programs"  # inside JAX's compilation cache folder
+
+
+def folder() -> Path | None:
+    """Where programs are kept, or None when the compilation cache is off."""
+    cache = jax.config.jax_compilation_cache_dir
+    return Path(cache) / FOLDER if cache else None
+
+
+def traced_digest(calls: Sequence[tuple[Callable, tuple]]) -> str:
+    """A digest of what each ``function(*args)`` computes: its jaxpr and the bytes of its constants."""
+    digest = hashlib.sha256()
+    for function, args in calls:
+        closed = jax.make_jaxpr(function)(*args)
+        digest.update(str(closed.jaxpr).encode())
+        for const in closed.consts:
+            value = np.ascontiguousarray(np.asarray(const))
+            digest.update(f"{value.dtype.str}{value.shape}".encode() + value.tobytes())
+    return digest.hexdigest()
+
+
+def program_key(identity: Mapping[str, Any], model_calls: Sequence[tuple[Callable, tuple]]) -> str:
+    text = json.dumps(
+        {**identity, "numpyro": metadata.version("numpyro"), "traced": traced_digest(model_calls)},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def lower(
+    function: Callable,
+    args: tuple,
+    identity: Mapping[str, Any],
+    model_calls: Sequence[tuple[Callable, tuple]],
+) -> jax.stages.Lowered:
+    """``jax.jit(function).lower(*args)``, through a kept program when there is one (and keeping it
+    when there is none). Without the cache, or where a program cannot be exported, it is traced as is."""
+    where = folder()
+    if where is None:
+        return jax.jit(function).lower(*args)
+    path = where / f"{program_key(identity, model_calls)}.jaxexport"
+    program = None
+    if path.is_file():
+        try:
+            program = jax.export.deserialize(bytearray(path.read_bytes()))
+        except Exception:  # a damaged or foreign file: traced again and written anew
+            program = None
+    if program is None:
+        specs = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in args]
+        try:
+            program = jax.export.export(jax.jit(function))(*specs)
+        except Exception:  # e.g. a model calling a function jax.export cannot serialise
+            return jax.jit(function).lower(*args)
+        with contextlib.suppress(OSError):  # an unwritable cache costs the next run a trace, nothing more
+            write_atomically(path, lambda temporary: temporary.write_bytes(program.serialize()))
+    # under the function's own name: the compilation cache's entry says what it is (jit_attack_round)
+    return jax.jit(functools.wraps(function)(lambda *a: program.call(*a))).lower(*args)
