@@ -148,9 +148,11 @@ def audit_posterior(
     database: str | Path | None = None,
     config: AuditConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
+    checkpoint: str | Path | None = None,
 ) -> Audit:
     """Audit posterior ``source`` of the database, or a problem read already (see
-    :func:`bayes_recon.pipeline.attack_posterior`)."""
+    :func:`bayes_recon.pipeline.attack_posterior`). ``checkpoint``: a folder for the attacks' rounds,
+    one subfolder per attack (``draws-all``, ``draws-N``), so an interrupted audit resumes."""
     config = config or AuditConfig()
     started = time.perf_counter()
     problem = load_problem(source, database)
@@ -167,7 +169,12 @@ def audit_posterior(
             "so there are no named statistics to score the attack by; raise --max-degree"
         )
 
-    full = attack_posterior(problem, database, config.n_points, config.seed, config.recon, progress)
+    def kept(draws: str) -> Path | None:
+        return None if checkpoint is None else Path(checkpoint) / f"draws-{draws}"
+
+    full = attack_posterior(
+        problem, database, config.n_points, config.seed, config.recon, progress, kept("all")
+    )
     truth = problem.truth
     statistics = check.identifiability.statistics
     spec = full.entry.linear
@@ -179,7 +186,8 @@ def audit_posterior(
     if spec is None:  # no closed form: attack every smaller release too
         recon = [dataclasses.replace(config.recon, max_draws=n) for n in counts]
         smaller = [
-            attack_posterior(problem, database, config.n_points, config.seed, r, progress) for r in recon
+            attack_posterior(problem, database, config.n_points, config.seed, r, progress, kept(str(n)))
+            for n, r in zip(counts, recon, strict=True)
         ]
         curve = [
             DrawsPoint(

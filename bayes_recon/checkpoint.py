@@ -167,11 +167,14 @@ _START_OVER = "start fresh (command line: --fresh) or choose another checkpoint 
 
 
 def remove(folder: str | Path) -> None:
-    """Delete a checkpoint: its fingerprint, its rounds and any unfinished write; the folder goes too if
-    nothing else is in it (files of other origin are left alone)."""
+    """Delete a checkpoint: its fingerprint, its rounds and any unfinished write, and the checkpoints in
+    its subfolders (an audit's attacks); the folder goes too if nothing else is in it (files of other
+    origin are left alone)."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         return
+    for attack in [sub for sub in folder.iterdir() if (sub / FINGERPRINT).is_file()]:
+        remove(attack)
     for pattern in (FINGERPRINT, "round-*.npz", f"{FINGERPRINT}.tmp", "round-*.npz.tmp"):
         for path in folder.glob(pattern):
             path.unlink()

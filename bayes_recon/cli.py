@@ -216,19 +216,23 @@ def register_reconstruct(subparsers: Subparsers) -> None:
     _config_arguments(p)
     p.add_argument("--json", metavar="OUT.json", help="write the table, settings and timing here")
     p.add_argument("--save", metavar="PREFIX", help="save the measure as PREFIX.npz and PREFIX.json")
+    _checkpoint_arguments(p, "PREFIX.ckpt beside --save, else OUT.ckpt beside --json")
+    p.set_defaults(run=_reconstruct)
+
+
+def _checkpoint_arguments(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument(
         "--checkpoint",
         metavar="DIR",
         help="keep every finished round of restarts here; the same command run again after an "
-        "interruption resumes from it (default: PREFIX.ckpt beside --save, else OUT.ckpt beside "
-        "--json, else none); removed once the outputs are written",
+        f"interruption resumes from it (default: {default}, else none); removed once the outputs are "
+        "written",
     )
     p.add_argument(
         "--fresh",
         action="store_true",
         help="start over: delete the checkpoint's rounds first (needed when it holds another attack's)",
     )
-    p.set_defaults(run=_reconstruct)
 
 
 RESTARTS_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} restarts done {elapsed}"
@@ -337,14 +341,12 @@ def _writable(path: str | None, option: str, suffixes: Sequence[str] = ("",)) ->
             )
 
 
-def _checkpoint_folder(args: argparse.Namespace) -> Path | None:
-    """--checkpoint, else PREFIX.ckpt beside --save, else OUT.ckpt beside --json; checked like an output."""
+def _checkpoint_folder(args: argparse.Namespace, *outputs: str | None) -> Path | None:
+    """--checkpoint, else NAME.ckpt beside the first of ``outputs`` given; checked like an output."""
     if args.checkpoint is not None:
         folder = Path(args.checkpoint).expanduser()
-    elif args.save is not None:
-        folder = Path(args.save).expanduser().with_suffix(".ckpt")
-    elif args.json is not None:
-        folder = Path(args.json).expanduser().with_suffix(".ckpt")
+    elif given := [out for out in outputs if out is not None]:
+        folder = Path(given[0]).expanduser().with_suffix(".ckpt")
     else:
         return None
     if folder.exists() and not folder.is_dir():
@@ -363,7 +365,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
 
     _writable(args.json, "--json")
     _writable(args.save, "--save", (".npz", ".json"))
-    folder = _checkpoint_folder(args)
+    folder = _checkpoint_folder(args, args.save, args.json)
     config = _check_arguments(args.points, args.seed, _config(args))
     problem = _problem(args)
     check_memory(problem, args.points, config)
@@ -652,10 +654,12 @@ def register_audit(subparsers: Subparsers) -> None:
     _config_arguments(p)
     p.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report here")
     p.add_argument("--json", metavar="OUT.json", help="write the same numbers as JSON here")
+    _checkpoint_arguments(p, "REPORT.ckpt beside --report, else OUT.ckpt beside --json")
     p.set_defaults(run=_audit)
 
 
 def _audit(args: argparse.Namespace) -> int:
+    from bayes_recon import checkpoint
     from bayes_recon.audit import AuditConfig, audit_posterior
     from bayes_recon.pipeline import _check_arguments, check_memory
     from bayes_recon.report import write_report
@@ -663,6 +667,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     _writable(args.json, "--json")
     _writable(args.report, "--report")
+    folder = _checkpoint_folder(args, args.report, args.json)
     recon = _check_arguments(args.points, args.seed, _config(args))
     config = AuditConfig(
         n_points=args.points,
@@ -676,8 +681,10 @@ def _audit(args: argparse.Namespace) -> int:
     problem = _problem(args)
     check_memory(problem, args.points, recon)
     leaks = _file_leaks(args, problem)
+    if folder is not None and args.fresh:
+        checkpoint.remove(folder)
     with _progress_bar(not args.quiet, problem.name) as progress:
-        audit = audit_posterior(problem, config=config, progress=progress)
+        audit = audit_posterior(problem, config=config, progress=progress, checkpoint=folder)
     audit = dataclasses.replace(audit, file_leaks=[f.to_json() for f in leaks])
     _say(headline(findings(audit)).text() + "\n")
     _say(describe_identifiability(audit.check))
@@ -716,6 +723,8 @@ def _audit(args: argparse.Namespace) -> int:
         _say(f"wrote {write_report(audit, args.report)}")
     if args.json:
         _write_json(args.json, audit.to_json())
+    if folder is not None:
+        checkpoint.remove(folder)
     return 0
 
 

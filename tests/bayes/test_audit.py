@@ -154,3 +154,30 @@ def test_audit_bad_input_exits_2(capsys, argv, message):
 def test_report_file_is_self_contained(audit, tmp_path):
     text = write_report(audit, Path(tmp_path) / "r.html").read_text()
     assert text.count("data:image/png;base64,") == 2 and "<script" not in text and "src='http" not in text
+
+
+class Stopped(Exception):
+    """Stands in for the audit being killed after its attack's first round."""
+
+
+def test_an_interrupted_audit_resumes_its_attack_from_the_checkpoint(tmp_path):
+    from bayes_recon import checkpoint
+
+    recon = dataclasses.replace(SHORT, restarts=2, restarts_at_once=1)
+    config = AuditConfig(draw_counts=(), recon=recon, n_points=10)
+    folder = tmp_path / "audit.ckpt"
+
+    def stop_after_first_round(done: int, total: int) -> None:
+        if done == 1:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        audit_posterior(NAME, config=config, progress=stop_after_first_round, checkpoint=folder)
+    assert (folder / "draws-all" / "round-00000.npz").is_file()
+    reported: list[int] = []
+    audit_posterior(
+        NAME, config=config, progress=lambda done, total: reported.append(done), checkpoint=folder
+    )
+    assert reported == [1, 2]  # the first round was read back
+    checkpoint.remove(folder)
+    assert not folder.exists()
