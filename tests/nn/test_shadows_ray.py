@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from nn_recon.cli import main
 from nn_recon.dp import DPConfig
 from nn_recon.shadows import FarmConfig, build_farm
 
@@ -39,3 +40,13 @@ def test_ray_farm_is_bitwise_the_local_farm_and_resumes_a_local_one(cluster, tmp
     assert local.dtype == on_ray.dtype == dtype and local.shape == (5, 12 * 5 + 5 + 5 * 3 + 3)
     assert torch.equal(on_ray, local) and torch.equal(resumed, local)
 
+
+def test_shadows_command_on_ray_writes_the_local_chunks(cluster, tmp_path):
+    common = ["--quiet", "shadows", "--dataset", "digits", "--fixed-set", "50", "--shadows", "20",
+              "--targets", "10", "--widths", "64,10,10", "--epochs", "5", "--chunk-size", "8"]  # fmt: skip
+    assert main([*common, "--out", str(tmp_path / "local")]) == 0
+    assert main([*common, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
+    chunks = sorted(path.relative_to(tmp_path / "local") for path in (tmp_path / "local").rglob("chunk_*.pt"))
+    assert len(chunks) == 5  # 3 of shadows, 2 of released models
+    for chunk in chunks:
+        assert torch.equal(torch.load(tmp_path / "local" / chunk), torch.load(tmp_path / "ray" / chunk))
