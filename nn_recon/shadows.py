@@ -9,8 +9,9 @@ released training algorithm A.
 
 A farm on disk is a folder with ``farm.json`` (the configuration) and one ``chunk_XXXXX.pt`` per
 chunk of targets. Chunks are independent, so a stopped run resumes at the first missing chunk, a
-second attack reuses the chunks, and ``backend="ray"`` runs them as Ray tasks across machines: each
-chunk is seeded by its index alone, so a farm's models do not depend on where its chunks ran.
+second attack reuses the chunks, and ``backend="ray"`` runs them as Ray tasks across machines: a
+model's seeds come from its index and its chunk's, never from the worker, so a farm's models do not
+depend on where its chunks ran.
 """
 
 from __future__ import annotations
