@@ -480,6 +480,9 @@ def _glm(args: argparse.Namespace) -> int:
 
 def _add_informed_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.data import DATASETS
+    from nn_recon.shadows import BACKENDS, FarmConfig
+
+    farm = FarmConfig()
 
     p.add_argument("--dataset", default="mnist", choices=DATASETS, help="the data set")
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
@@ -496,6 +499,11 @@ def _add_informed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epsilon", type=float, default=float("inf"), help="train with DP-GD at this ε (δ=1e-5)")
     p.add_argument("--clip-norm", type=float, default=1.0, help="DP-GD per-example clip norm")
     p.add_argument("--chunk-size", type=int, default=1000, help="models trained together per saved chunk")
+    p.add_argument("--backend", default=farm.backend, choices=BACKENDS,
+                   help="local: chunk after chunk in this process; ray: each chunk a Ray task (bitwise the "
+                   "same models; needs pip install 'recon-audit[ray]')")  # fmt: skip
+    p.add_argument("--address", help="--backend ray: the Ray cluster's address, as ray.init takes it (e.g. "
+                   "auto, HOST:6379 or ray://HOST:10001; default: start a local Ray instance)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seeds the split into D⁻, shadow and released targets")
     p.add_argument("--out", required=True, help="folder for the farms (reused by later runs) and results")
     _add_device(p, "auto")
@@ -505,7 +513,7 @@ def _informed_config(args: argparse.Namespace, **reconn):
     from nn_recon.attacks.reconn_attack import InformedAttackConfig
     from nn_recon.dp import DPConfig
     from nn_recon.reconn import ReconnConfig
-    from nn_recon.shadows import FarmConfig
+    from nn_recon.shadows import FarmConfig, require_backend
 
     try:
         widths = tuple(int(w) for w in args.widths.split(","))
@@ -521,7 +529,10 @@ def _informed_config(args: argparse.Namespace, **reconn):
         same_init=not args.random_init,
         chunk_size=args.chunk_size,
         dp=DPConfig(epsilon=args.epsilon, clip_norm=args.clip_norm),
+        backend=args.backend,
+        address=args.address,
     )
+    require_backend(farm)  # a missing Ray is refused before any data is read or model trained
     return InformedAttackConfig(
         dataset=args.dataset,
         data_root=args.data_root,

@@ -9,7 +9,9 @@ released training algorithm A.
 
 A farm on disk is a folder with ``farm.json`` (the configuration) and one ``chunk_XXXXX.pt`` per
 chunk of targets. Chunks are independent, so a stopped run resumes at the first missing chunk, a
-second attack reuses the chunks, and ``backend="ray"`` runs them as Ray tasks across machines.
+second attack reuses the chunks, and ``backend="ray"`` runs them as Ray tasks across machines: a
+model's seeds come from its index and its chunk's, never from the worker, so a farm's models do not
+depend on where its chunks ran.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -34,6 +37,10 @@ from recon_core.progress import progress
 
 FARM_FORMAT = "nn-recon-shadow-farm/1"
 ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+Backend = Literal["local", "ray"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
+PLACEMENT = ("backend", "address")  # where a farm trains, not what it trains: kept out of farm.json
+RAY_MISSING = "backend 'ray' needs Ray: pip install 'recon-audit[ray]' (or use the default local backend)"
 
 
 class ClassifierMLP(nn.Module):
@@ -62,7 +69,9 @@ class FarmConfig:
     """The training algorithm A (the adversary knows it) and how the farm runs it.
 
     Defaults: Balle, Cherubin & Hayes (2022) MNIST — a 784-10-10 ELU MLP, 100 epochs of
-    full-batch gradient descent with momentum, every model from the same initialisation.
+    full-batch gradient descent with momentum, every model from the same initialisation, trained
+    chunk after chunk in this process. ``backend="ray"`` trains each chunk as a Ray task on the
+    cluster at ``address`` (None: a local Ray instance); the models are bitwise the same.
     """
 
     widths: tuple[int, ...] = (784, 10, 10)
@@ -76,6 +85,8 @@ class FarmConfig:
     batch_seed: int = 0
     chunk_size: int = 1000
     dp: DPConfig = field(default_factory=DPConfig)
+    backend: Backend = "local"
+    address: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
@@ -91,12 +102,30 @@ class FarmConfig:
             raise ReconError("DP accounting here covers full-batch DP-GD only; use batch_size=None with dp")
         if self.activation not in ACTIVATIONS:
             raise ReconError(f"unknown activation {self.activation!r}; choose one of {sorted(ACTIVATIONS)}")
+        if self.backend not in BACKENDS:
+            raise ReconError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.address is not None and self.backend != "ray":
+            raise ReconError(f"address {self.address!r} is a Ray cluster's: it goes with backend 'ray'")
 
     def network(self) -> ClassifierMLP:
         return ClassifierMLP(self.widths, self.activation)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def recipe(self) -> dict:
+        """The settings the trained models depend on: all but the placement, so that a farm started
+        on one backend resumes on the other."""
+        return {name: value for name, value in self.to_dict().items() if name not in PLACEMENT}
+
+
+def require_backend(config: FarmConfig) -> None:
+    """Refuse at once, before any work, a backend that this Python cannot run: Ray not installed."""
+    if config.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError as error:
+            raise ReconError(RAY_MISSING) from error
 
 
 def initial_parameters(config: FarmConfig, model_ids: Sequence[int]) -> dict[str, torch.Tensor]:
@@ -422,7 +451,7 @@ def _chunks(
 def _check_folder(folder: Path, config: FarmConfig, noise_seed: int, fingerprint: dict) -> None:
     """A farm folder holds one (config, noise seed, D⁻, targets): refuse to mix chunks of different farms."""
     meta_path = folder / "farm.json"
-    meta = {"format": FARM_FORMAT, "config": config.to_dict(), "noise_seed": noise_seed, "data": fingerprint}
+    meta = {"format": FARM_FORMAT, "config": config.recipe(), "noise_seed": noise_seed, "data": fingerprint}
     if meta_path.exists():
         saved = json.loads(meta_path.read_text())
         if saved != json.loads(json.dumps(meta)):
@@ -449,7 +478,6 @@ def build_farm(
     targets_x: torch.Tensor,
     targets_y: torch.Tensor,
     folder: str | Path | None = None,
-    backend: str = "local",
     noise_seed: int = 0,
     device: torch.device | str = "cpu",
 ) -> Farm:
@@ -458,12 +486,11 @@ def build_farm(
     ``noise_seed`` seeds this farm's DP noise (chunk i draws from ``noise_seed``·1,000,003 + i).
     The adversary does not know the released models' noise, so their farm must not share the
     shadows' seed: with equal chunk sizes, model i of each would get identical noise.
-    ``backend`` is "local" (default: chunk after chunk in this process) or "ray" (each missing
-    chunk a Ray task; needs ``pip install ray`` and a running cluster or ``ray.init()``). Each chunk
-    trains on ``device`` (a Ray worker's own); the parameters are kept on the CPU.
+    ``config.backend`` "ray" runs each missing chunk as a Ray task (see :func:`_run_on_ray`), and
+    only this process writes ``folder``. Each chunk trains on ``device``; the parameters are kept on
+    the CPU.
     """
-    if backend not in ("local", "ray"):
-        raise ReconError(f"backend must be 'local' or 'ray', got {backend!r}")
+    require_backend(config)
     if len(targets_x) != len(targets_y) or len(x_minus) != len(y_minus):
         raise ReconError("targets_x/targets_y and x_minus/y_minus must have matching lengths")
     if len(targets_x) == 0:
@@ -486,7 +513,7 @@ def build_farm(
         if path is not None:
             save_atomically(path / f"chunk_{chunk.index:05d}.pt", flat)
 
-    if backend == "ray":
+    if config.backend == "ray":
         _run_on_ray(config, x_minus, y_minus, missing, finish, device)
     else:
         for chunk in progress(missing, len(missing), f"shadow chunks of {config.chunk_size}"):
@@ -496,20 +523,40 @@ def build_farm(
 
 
 def _run_on_ray(
-    config, x_minus, y_minus, chunks: list[Chunk], finish: Callable[[Chunk, torch.Tensor], None], device
-):
-    try:
-        import ray
-    except ImportError as error:
-        raise ReconError(
-            "backend='ray' needs Ray: pip install ray (or use the default local backend)"
-        ) from error
-    remote = ray.remote(train_chunk)
+    config: FarmConfig,
+    x_minus: torch.Tensor,
+    y_minus: torch.Tensor,
+    chunks: list[Chunk],
+    finish: Callable[[Chunk, torch.Tensor], None],
+    device: torch.device | str,
+) -> None:
+    """Each chunk a Ray task (Ray's one CPU, and a GPU when ``device`` is CUDA), finished here as it
+    returns. Connects with ``ray.init(config.address)`` unless this process already has (a notebook
+    or a test that called ``ray.init``), and leaves the connection open for the next farm; Ray
+    closes it when the process ends."""
+    import ray
+
+    if not chunks:
+        return
+    if not ray.is_initialized():
+        ray.init(address=config.address)
+    gpus = 1 if torch.device(device).type == "cuda" else 0  # a task sees no GPU it did not ask for
+    remote = ray.remote(_train_chunk_with).options(num_gpus=gpus)
+    settings = (torch.get_num_threads(), torch.get_default_dtype())
     shared = [ray.put(value) for value in (config, x_minus, y_minus)]  # shipped once, not per chunk
-    pending = {remote.remote(*shared, chunk, device): chunk for chunk in chunks}
+    pending = {remote.remote(*settings, *shared, chunk, device): chunk for chunk in chunks}
     for _ in progress(range(len(pending)), len(pending), f"shadow chunks of {config.chunk_size} (ray)"):
         done, _ = ray.wait(list(pending), num_returns=1)
         finish(pending.pop(done[0]), ray.get(done[0]))
+
+
+def _train_chunk_with(threads: int, dtype: torch.dtype, *args) -> torch.Tensor:
+    """``train_chunk`` in a Ray worker under the torch settings of the process that asked: its
+    default dtype (the models') and its thread count (BLAS adds in another order on another count,
+    which changes the last bits), so that the chunk is bitwise the local farm's."""
+    torch.set_num_threads(threads)
+    torch.set_default_dtype(dtype)
+    return train_chunk(*args)
 
 
 def logits_on_probes(farm_params: torch.Tensor, config: FarmConfig, probes: torch.Tensor) -> torch.Tensor:

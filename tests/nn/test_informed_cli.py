@@ -2,6 +2,7 @@
 code runs from a model file."""
 
 import pickle
+import sys
 
 import joblib
 import numpy as np
@@ -138,3 +139,13 @@ def test_shadows_then_reconn_on_digits(tmp_path, capsys):
     capsys.readouterr()
     assert main(["reconn", *common[:-2], "--shadows", "1", "--out", str(tmp_path / "one")]) == 2
     assert "needs >= 2, not 1" in capsys.readouterr().err and not (tmp_path / "one").exists()
+
+
+@pytest.mark.parametrize("command", ["shadows", "reconn"])
+def test_backend_ray_without_ray_is_refused_before_any_work(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where Ray is not installed
+    out = tmp_path / "out"
+    assert main([command, "--backend", "ray", "--dataset", "digits", "--out", str(out)]) == 2
+    assert "pip install 'recon-audit[ray]'" in capsys.readouterr().err and not out.exists()
+    assert main([command, "--address", "auto", "--dataset", "digits", "--out", str(out)]) == 2
+    assert "goes with backend 'ray'" in capsys.readouterr().err and not out.exists()

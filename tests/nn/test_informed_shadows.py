@@ -187,3 +187,7 @@ def test_bad_configuration_is_a_clear_error():
         FarmConfig(activation="gelu")
     with pytest.raises(ReconError, match="full-batch"):
         FarmConfig(batch_size=10, dp=DPConfig(epsilon=1.0))
+    with pytest.raises(ReconError, match="backend must be one of"):
+        FarmConfig(backend="dask")
+    with pytest.raises(ReconError, match="goes with backend 'ray'"):
+        FarmConfig(address="auto")
