@@ -27,6 +27,7 @@ from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, 
 from nn_recon.data import make_task
 from nn_recon.metrics import match
 from nn_recon.models import Architecture, SurrogateReLU, build_network, margins
+from nn_recon.pipeline import attack_stationarity
 from nn_recon.report import save_match_grid
 from nn_recon.train import TrainConfig, TrainedModel, accuracy, load_model, save_model, train_target
 from recon_core import progress
@@ -83,7 +84,7 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
         (work / "model.ckpt").unlink(missing_ok=True)
     test = make_task(bench.train.dataset, bench.train.task, split="test")
     trained = time.perf_counter()
-    result = reconstruct(model, bench.attack, out_dir=work / "recon")
+    result = attack_stationarity(model, bench.attack, work / "recon")
     attacked = time.perf_counter()
     recon = result.measure.points["image"]
     labels = {"recon_labels": result.measure.points["label"], "train_labels": model.train_labels}

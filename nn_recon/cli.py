@@ -19,7 +19,7 @@ from recon_core.command import Subparsers
 from recon_core.errors import ReconError, require_at_least
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 
 DATA_ROOT_HELP = "folder with IDX / CIFAR-10 files (default: none; MNIST and digits need none)"
@@ -51,6 +51,7 @@ def _add_device(p: argparse.ArgumentParser, default: str) -> None:
 
 def register_train(subparsers: Subparsers) -> None:
     from nn_recon.data import DATASETS, TASKS
+    from nn_recon.pipeline import model_checkpoint
     from nn_recon.train import TrainConfig
 
     d = TrainConfig()
@@ -77,13 +78,16 @@ def register_train(subparsers: Subparsers) -> None:
     _add_device(p, d.device)
     p.add_argument("--seed", type=int, default=d.seed, help="seeds the data subset and the initialisation")
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
-    p.add_argument("--out", required=True, help="model file to write; <out>.ckpt is the resumable checkpoint")
+    checkpoint = model_checkpoint("<out>")
+    p.add_argument(
+        "--out", required=True, help=f"model file to write; {checkpoint} is the resumable checkpoint"
+    )
     p.set_defaults(run=_train)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from nn_recon.data import make_task
-    from nn_recon.train import TrainConfig, accuracy, save_model, train_target
+    from nn_recon.pipeline import train_model_file
+    from nn_recon.train import TrainConfig
 
     config = TrainConfig(
         dataset=args.dataset,
@@ -100,18 +104,12 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed,
         data_root=args.data_root,
     )
-    out = Path(args.out)
-    checkpoint = out.with_name(out.name + ".ckpt")
-    model = train_target(config, checkpoint=checkpoint)
-    save_model(model, out)
-    checkpoint.unlink(missing_ok=True)
-    test = make_task(args.dataset, args.task, split="test", root=args.data_root)
+    model, test_accuracy = train_model_file(config, args.out)
     _say(
         f"trained {model.architecture.spec} on {len(model.train_labels)} images for {model.steps} steps "
-        f"({model.seconds:.0f} s): training loss {model.train_loss:.3g}, "
-        f"test accuracy {accuracy(model, test.images, test.labels):.3f}"
+        f"({model.seconds:.0f} s): training loss {model.train_loss:.3g}, test accuracy {test_accuracy:.3f}"
     )
-    _say(f"saved {out}")
+    _say(f"saved {args.out}")
     return 0
 
 
@@ -209,31 +207,9 @@ def register_stationarity(subparsers: Subparsers) -> None:
     p.set_defaults(run=_stationarity)
 
 
-def _attack_target(args: argparse.Namespace):
-    """The --model of nn-recon stationarity as the attack's target."""
-    from nn_recon.attacks.stationarity import as_target
-    from nn_recon.train import load_model
-    from nn_recon.user_model import file_digest, load_exported, load_user_network
-
-    model = args.model
-    user_file = model.rpartition(":")[0]
-    if model.endswith(".pt2"):
-        network, shape = load_exported(model)
-        return as_target(network, args.input_shape or shape, args.classes, file_digest(model))
-    if user_file.endswith(".py"):
-        if not args.weights:
-            raise ReconError(f"--model {model} needs --weights, the state_dict of the trained network")
-        network = load_user_network(model, args.weights)
-        return as_target(network, args.input_shape, args.classes, file_digest(user_file, args.weights))
-    given = [flag for flag in ("weights", "input_shape", "classes") if getattr(args, flag) is not None]
-    if given:
-        flags = ", ".join("--" + flag.replace("_", "-") for flag in given)
-        raise ReconError(f"{flags} go with --model FILE.py:NAME or a .pt2; {model} carries its own")
-    return load_model(model)
-
-
 def _stationarity(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.stationarity import StationarityConfig, reconstruct
+    from nn_recon.attacks.stationarity import StationarityConfig
+    from nn_recon.pipeline import RECONSTRUCTION, attack_stationarity, load_target
     from nn_recon.train import resolve_device
 
     resolve_device(args.device)  # an unavailable device is refused before the model is read
@@ -252,12 +228,14 @@ def _stationarity(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
     )
-    result = reconstruct(_attack_target(args), config, out_dir=args.out, fresh=args.fresh)
+    target = load_target(args.model, args.weights, args.input_shape, args.classes)
+    result = attack_stationarity(target, config, args.out, fresh=args.fresh)
     for run in result.runs:
         meta = run.meta
         settings = f"lr {meta['lr']:.2g}  init {meta['init_scale']:.2g}  λ_min {meta['lambda_min']:.2g}"
         _say(f"run {meta['index']}: loss {meta['loss']:.4f}  {settings}  β {meta['beta']:.3g}")
-    _say(f"selected {len(result.measure)} reconstructions; saved in {Path(args.out) / 'reconstruction.npz'}")
+    saved = Path(args.out) / f"{RECONSTRUCTION}.npz"
+    _say(f"selected {len(result.measure)} reconstructions; saved in {saved}")
     if result.diverged:
         message = (
             f"runs {result.diverged} diverged (NaN) and were dropped; finished runs are saved in {args.out}"
@@ -268,6 +246,8 @@ def _stationarity(args: argparse.Namespace) -> int:
 
 
 def register_match(subparsers: Subparsers) -> None:
+    from nn_recon.pipeline import MATCH_GRID, MATCH_SCORES
+
     p = _subcommand(subparsers, "match", "SSIM and PSNR of each training image's best reconstruction")
     p.add_argument("--recon", required=True, help="the --out folder of a attack, or a saved measure (.npz)")
     p.add_argument(
@@ -286,103 +266,33 @@ def register_match(subparsers: Subparsers) -> None:
     p.add_argument(
         "--downsample", type=int, default=1, help="match by NCC on images downsampled by this factor"
     )
-    p.add_argument("--grid", help="PNG of the best pairs to write (default: <recon>/match.png)")
-    p.add_argument("--json", help="the counts and per-image scores (default: <recon>/match.json)")
+    p.add_argument("--grid", help=f"PNG of the best pairs to write (default: <recon>/{MATCH_GRID})")
+    p.add_argument("--json", help=f"the counts and per-image scores (default: <recon>/{MATCH_SCORES})")
     p.set_defaults(run=_match)
 
 
-def _load_images(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images in [0, 1] and labels from an .npz holding arrays named images and labels."""
-    import numpy as np
-
-    from nn_recon.data import check_images
-
-    if not path.is_file():
-        raise ReconError(f"{what} {path} does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as saved:
-            names = saved.files
-            arrays = [saved[name] for name in ("images", "labels") if name in names]
-    except (ValueError, OSError) as error:  # object arrays (pickles) are refused, not loaded
-        raise ReconError(f"{what} {path} is not an .npz of plain arrays ({error})") from None
-    if len(arrays) != 2:
-        raise ReconError(f"{what} {path} needs arrays named images and labels (it has {', '.join(names)})")
-    images, labels = arrays
-    if labels.shape != images.shape[:1] or not np.issubdtype(labels.dtype, np.integer):
-        raise ReconError(f"{what} {path}: labels must be {len(images)} integer class indices, one per image")
-    return check_images(images), labels.astype(np.int64)
-
-
-def _training_set(path: str):
-    """The training images and labels, and the model file's config (None for an .npz)."""
-    from nn_recon.train import load_model
-
-    if path.endswith(".npz"):
-        return (*_load_images(Path(path), "--train-data"), None)
-    model = load_model(path)
-    if model.train_images is None:
-        raise ReconError(f"{path} does not carry its training images; pass them as an .npz")
-    return model.train_images, model.train_labels, model.config
-
-
-def _public_set(public: str, config: dict | None):
-    from nn_recon.data import make_task
-
-    if public != "test":
-        return _load_images(Path(public), "--public")
-    if not config or "task" not in config:
-        raise ReconError("--public test needs a model file of nn-recon train; pass an .npz of public images")
-    test = make_task(config["dataset"], config["task"], split="test", root=config.get("data_root"))
-    return test.images, test.labels
-
-
 def _match(args: argparse.Namespace) -> int:
-    from nn_recon.metrics import BaselineComparison, match, public_baseline
-    from nn_recon.report import save_match_grid, success_table
-    from recon_core.measure import WeightedMeasure
+    from nn_recon.pipeline import match_reconstruction
+    from nn_recon.report import success_table
 
-    recon = Path(args.recon)
-    measure_path = recon / "reconstruction.npz" if recon.is_dir() else recon
-    if not measure_path.with_suffix(".npz").is_file():
-        raise ReconError(
-            f"no reconstruction at {measure_path}; pass the --out folder of nn-recon stationarity"
-        )
-    try:
-        measure = WeightedMeasure.load(measure_path)
-    except (ValueError, KeyError) as error:  # object arrays (pickles) are refused, not loaded
-        raise ReconError(
-            f"{measure_path} is not a reconstruction saved by nn-recon ({type(error).__name__}: {error})"
-        ) from None
-    if "image" not in measure.points:
-        raise ReconError(
-            f"{measure_path} has no 'image' array (it has {', '.join(measure.names)}); "
-            "pass the --out folder of nn-recon stationarity"
-        )
-    train_images, train_labels, config = _training_set(args.train_data)
-    public = _public_set(args.public, config) if args.public else None
-    labels = measure.points.get("label")
-    result = match(measure.points["image"], train_images, args.downsample, labels, train_labels)
-    _say(success_table(result))
-    scores = {"model": str(args.train_data), **result.to_json()}
-    if public is not None:
-        baseline = public_baseline(train_images, train_labels, *public)
-        comparison = BaselineComparison(result.ssim, baseline)
-        margin = comparison.mean_margin()
+    report = match_reconstruction(
+        args.recon, args.train_data, args.public, args.downsample, args.grid, args.json
+    )
+    _say(success_table(report.result))
+    if report.comparison is not None:
+        margin = report.comparison.mean_margin()
         _say(
-            f"beats the public baseline: {comparison.beats} / {len(baseline)} "
+            f"beats the public baseline: {report.comparison.beats} / {len(report.comparison.baseline)} "
             f"(mean margin {'-' if margin is None else f'{margin:.3f}'} SSIM; baseline: the best of the "
-            f"class's public mean image and the 5 nearest of {len(public[0])} public images)"
+            f"class's public mean image and the 5 nearest of {report.public_images} public images)"
         )
-        scores["public_baseline"] = {"public": str(args.public), **comparison.to_json()}
-    folder = recon if recon.is_dir() else recon.parent
-    grid = Path(args.grid) if args.grid else folder / "match.png"
-    _say(f"grid: {save_match_grid(result, measure.points['image'], train_images, grid)}")
-    summary = Path(args.json) if args.json else folder / "match.json"
-    summary.write_text(json.dumps(scores, indent=2))
+    _say(f"grid: {report.grid}")
     return 0
 
 
 def register_glm(subparsers: Subparsers) -> None:
+    from nn_recon.pipeline import RECONSTRUCTION
+
     p = _subcommand(subparsers, "glm", "the missing training point of a linear/ridge/logistic model, exactly")
     p.add_argument(
         "--model",
@@ -413,68 +323,26 @@ def register_glm(subparsers: Subparsers) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="save the reconstruction as a WeightedMeasure (DIR/reconstruction.npz, its settings and "
-        "scores in DIR/reconstruction.json; nn-recon audit --glm DIR reports it; default: print only)",
+        help=f"save the reconstruction as a WeightedMeasure (DIR/{RECONSTRUCTION}.npz, its settings and "
+        f"scores in DIR/{RECONSTRUCTION}.json; nn-recon audit --glm DIR reports it; default: print only)",
     )
     p.set_defaults(run=_glm)
 
 
-def _load_points(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Features and labels from an .npz with arrays x and y, or a CSV whose last column is y."""
-    import numpy as np
-
-    if not path.is_file():
-        raise ReconError(f"{path} does not exist")
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as saved:
-            if not {"x", "y"} <= set(saved.files):
-                raise ReconError(f"{path} needs arrays named x and y")
-            return saved["x"], saved["y"]
-    try:
-        table = np.loadtxt(path, delimiter=",", ndmin=2)
-    except ValueError as error:
-        raise ReconError(f"{path} is not a numeric CSV (no header): {error}") from error
-    return table[:, :-1], table[:, -1]
-
-
 def _glm(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.informed import load_glm, reconstruct_target
+    from nn_recon.pipeline import attack_glm
 
-    model = load_glm(args.model, trust_pickle=args.trust_pickle)
-    x, y = _load_points(Path(args.known))
-    true_x, true_y = _load_points(Path(args.truth)) if args.truth else (None, None)
-    label = args.label
-    if label is not None:
-        try:
-            label = y.dtype.type(label)  # the label in the type of D⁻'s labels
-        except ValueError:
-            raise ReconError(f"--label {label!r} is not of the type of D⁻'s labels ({y.dtype})") from None
-    result = reconstruct_target(model, x, y, label=label, tol=args.tol)
-    for features, target_label in zip(result.features, result.labels, strict=True):
+    report = attack_glm(
+        args.model, args.known, args.label, args.tol, args.truth, args.out, trust_pickle=args.trust_pickle
+    )
+    for features, target_label in zip(report.result.features, report.result.labels, strict=True):
         _say(f"target features: {' '.join(f'{v:.10g}' for v in features)}")
         _say(f"target label:    {target_label}")
-    _say(f"relative gradient norm at the reconstruction: {result.gradient_norm:.3g}")
-    truth: dict[str, dict[str, object]] = {}
-    if true_x is not None:
-        error = result.max_relative_error(true_x)
-        _say(f"max relative error to the true target: {error:.3g}")
-        truth["truth"] = {
-            "features": true_x.reshape(-1),
-            "label": true_y.reshape(-1)[0],
-            "max_relative_error": error,
-        }
-    if args.out:
-        settings = {
-            "family": model.family,
-            "l2": model.l2,
-            "intercept": model.intercept is not None,
-            "d": model.n_features,
-            "n": len(x),
-            "label_given": label is not None,
-            "tol": args.tol,
-        }
-        measure = result.to_measure(model=str(args.model), known=str(args.known), settings=settings, **truth)
-        _say(f"saved {measure.save(Path(args.out) / 'reconstruction')}")
+    _say(f"relative gradient norm at the reconstruction: {report.result.gradient_norm:.3g}")
+    if report.error is not None:
+        _say(f"max relative error to the true target: {report.error:.3g}")
+    if report.saved is not None:
+        _say(f"saved {report.saved}")
     return 0
 
 
@@ -542,7 +410,7 @@ def register_shadows(subparsers: Subparsers) -> None:
 
 
 def _shadows(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.reconn_attack import train_farms
+    from nn_recon.pipeline import train_farms
     from nn_recon.train import resolve_device
 
     config = _informed_config(args)
@@ -570,7 +438,7 @@ def register_reconn(subparsers: Subparsers) -> None:
 
 
 def _reconn(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.reconn_attack import run_informed_attack
+    from nn_recon.pipeline import attack_informed, save_informed
     from nn_recon.report import metric_table
     from nn_recon.train import resolve_device
 
@@ -581,12 +449,10 @@ def _reconn(args: argparse.Namespace) -> int:
     config = _informed_config(
         args, hidden=hidden, epochs=args.reconn_epochs, lr=args.reconn_lr, lpips_weight=args.lpips_weight
     )
-    result = run_informed_attack(config, args.out, resolve_device(args.device))
+    result = attack_informed(config, args.out, resolve_device(args.device))
     _say(metric_table(result.summary()))
-    files = result.save(Path(args.out) / f"{config.representation}_{config.shadows}")
-    summary_path = Path(args.out) / f"summary_{config.representation}_{config.shadows}.json"
-    summary_path.write_text(json.dumps({"summary": result.summary(), "timings_s": result.timings}, indent=2))
-    _say(f"saved {files['measure']}, {files['grid']} and {summary_path}")
+    files = save_informed(result, args.out, config)
+    _say(f"saved {files['measure']}, {files['grid']} and {files['summary']}")
     return 0
 
 
@@ -604,7 +470,7 @@ SUBCOMMANDS: list[command.Register] = [
 
 
 def _add_setting_arguments(p: argparse.ArgumentParser) -> None:
-    from nn_recon.attacks.inversion import SettingConfig
+    from nn_recon.inversion_setting import SettingConfig
 
     d = SettingConfig()
     p.add_argument("--workdir", default="results/inversion", help="folder of the trained models and GANs")
@@ -616,7 +482,8 @@ def _add_setting_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _setting(args: argparse.Namespace, train: bool):
-    from nn_recon.attacks.inversion import SettingConfig, prepare_setting
+    from nn_recon.inversion_setting import SettingConfig
+    from nn_recon.pipeline import prepare_setting
     from nn_recon.train import resolve_device
 
     config = SettingConfig(
@@ -646,9 +513,8 @@ def register_gan(subparsers: Subparsers) -> None:
 
 
 def _gan(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.inversion import gan_path, prepare_gan, test_accuracies
-    from nn_recon.gan import GanConfig, sample_images
-    from nn_recon.report import save_class_grid
+    from nn_recon.gan import GanConfig
+    from nn_recon.pipeline import gan_path, prepare_gan, save_gan_samples, test_accuracies
 
     gan_config = GanConfig(
         args.kind, args.latent_dim, args.width, args.steps, args.batch_size, args.lr, args.seed
@@ -657,21 +523,21 @@ def _gan(args: argparse.Namespace) -> int:
     for name, value in test_accuracies(setting, config).items():
         _say(f"{name}: test accuracy {value:.3f}")
     gan = prepare_gan(gan_config, setting, args.workdir)
-    samples = sample_images(gan, 40).reshape(4, 10, *gan.image_shape)
-    grid = save_class_grid(Path(args.workdir) / f"gan-{args.kind}-samples.png", samples, [""] * 4)
+    grid = save_gan_samples(gan, args.workdir)
     _say(f"saved {gan_path(args.workdir, args.kind)} ({gan.seconds:.0f} s of training) and samples {grid}")
     return 0
 
 
 def register_invert(subparsers: Subparsers) -> None:
     from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
+    from nn_recon.pipeline import classifier_path, gan_path
 
     d = InversionConfig()
     p = _subcommand(subparsers, "invert", "GAN-based model inversion of every private class of the target")
     p.add_argument("--method", default=d.method, choices=METHODS, help="GMI or KEDMI (which GAN prior)")
     p.add_argument("--loss", default=d.loss, choices=LOSSES, help="identity loss: ce, lom, ma or lomma")
-    p.add_argument("--target", help="model to attack (default: <workdir>/target.pt)")
-    p.add_argument("--gan", help="GAN prior (default: <workdir>/gan-<method>.pt)")
+    p.add_argument("--target", help=f"model to attack (default: {classifier_path('<workdir>', 'target')})")
+    p.add_argument("--gan", help=f"GAN prior (default: {gan_path('<workdir>', '<method>')})")
     p.add_argument("--restarts", type=int, default=d.restarts, help="latents per class")
     p.add_argument("--steps", type=int, default=d.steps, help="optimisation steps of the latents")
     p.add_argument("--lr", type=float, default=d.lr, help="the latents' learning rate")
@@ -691,8 +557,9 @@ def register_invert(subparsers: Subparsers) -> None:
 
 
 def _invert(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.inversion import InversionConfig, attack, gan_path
+    from nn_recon.attacks.inversion import InversionConfig
     from nn_recon.gan import load_gan
+    from nn_recon.pipeline import attack_inversion, gan_path, save_inversion
     from nn_recon.train import load_model, resolve_device
 
     require_at_least(1, seeds=args.seeds)
@@ -705,7 +572,7 @@ def _invert(args: argparse.Namespace) -> int:
     if args.target:
         setting.target = load_model(args.target, device=str(device))
     gan = load_gan(args.gan or gan_path(args.workdir, args.method), device)
-    report = attack(config, gan, setting, args.seeds)
+    report = attack_inversion(config, gan, setting, args.seeds)
     for seed, metrics in enumerate(report.metrics, start=args.seed):
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
     s = report.summary()
@@ -713,7 +580,7 @@ def _invert(args: argparse.Namespace) -> int:
          f"top-5 {100 * s['top5']:.1f} %, KNN distance {s['knn']:.4g}; all-digits evaluator top-1 "
          f"{100 * s['top1_all_digits']:.1f} ± {100 * s['top1_all_digits_sd']:.1f} % "
          f"({report.seconds:.0f} s)")  # fmt: skip
-    _say(f"saved {report.save(args.out)}")
+    _say(f"saved {save_inversion(report, args.out)}")
     return 0
 
 

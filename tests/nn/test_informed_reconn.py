@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from nn_recon.attacks.reconn_attack import InformedAttackConfig, run_informed_attack
+from nn_recon.attacks.reconn_attack import InformedAttackConfig
 from nn_recon.metrics import InformedScores, kl_divergence, mse, nearest_neighbours
+from nn_recon.pipeline import attack_informed, save_informed
 from nn_recon.reconn import ReconnConfig, decode_features, train_reconstructor
 from nn_recon.shadows import FarmConfig
 from recon_core.errors import ReconError
@@ -77,7 +78,7 @@ def test_reconstructor_resumes_from_its_checkpoint(tmp_path, monkeypatch):
 
 
 def test_attack_on_digits_beats_the_mean_image_and_most_oracles(tmp_path):
-    result = run_informed_attack(SMALL, tmp_path)
+    result = attack_informed(SMALL, tmp_path)
     targets = result.targets.numpy()
     mean_image_mse = mse(targets, np.broadcast_to(targets.mean(0, keepdims=True), targets.shape))
     summary = result.summary()
@@ -87,7 +88,7 @@ def test_attack_on_digits_beats_the_mean_image_and_most_oracles(tmp_path):
     assert summary["mean_psnr"] == pytest.approx(result.scores.psnr.mean())
     assert result.measure.total_mass() == SMALL.targets
     assert result.measure.points["image"].shape == (SMALL.targets, 1, 8, 8)
-    saved = result.save(tmp_path / "report")
+    saved = save_informed(result, tmp_path / "report", SMALL)
     assert saved["grid"].exists() and saved["measure"].exists()
-    again = run_informed_attack(SMALL, tmp_path)  # farms and RecoNN reused from disk
+    again = attack_informed(SMALL, tmp_path)  # farms and RecoNN reused from disk
     np.testing.assert_allclose(again.scores.mse, result.scores.mse, rtol=1e-5)

@@ -8,6 +8,7 @@ import torch
 
 from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
 from nn_recon.models import Architecture, Network, relu_with_surrogate_gradient
+from nn_recon.pipeline import attack_stationarity
 from nn_recon.train import TrainedModel
 from recon_core.errors import ReconError
 
@@ -143,14 +144,14 @@ def test_attack_resumes_to_the_same_result(tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)
+        attack_stationarity(model, config, tmp_path, on_step=stop_at_25)
     assert (tmp_path / "runs" / "batch_0000.ckpt").exists()
-    resumed = reconstruct(model, config, out_dir=tmp_path)
+    resumed = attack_stationarity(model, config, tmp_path)
     for a, b in zip(straight.runs, resumed.runs, strict=True):
         np.testing.assert_array_equal(a.points["image"], b.points["image"])
         np.testing.assert_array_equal(a.weights, b.weights)
     # Finished runs are read back, not recomputed.
-    again = reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)
+    again = attack_stationarity(model, config, tmp_path, on_step=stop_at_25)
     np.testing.assert_array_equal(again.measure.weights, resumed.measure.weights)
 
 
@@ -219,9 +220,9 @@ def test_a_batch_checkpoint_of_other_runs_is_not_resumed(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)  # runs 0 and 1 checkpointed
+        attack_stationarity(model, config, tmp_path, on_step=stop_at_25)  # runs 0 and 1 checkpointed
     one_run = StationarityConfig(**{**config.__dict__, "runs": 1})
-    resumed = reconstruct(model, one_run, out_dir=tmp_path)
+    resumed = attack_stationarity(model, one_run, tmp_path)
     np.testing.assert_array_equal(
         resumed.runs[0].points["image"], reconstruct(model, one_run).runs[0].points["image"]
     )

@@ -13,6 +13,7 @@ from torch import nn
 from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, as_target, reconstruct
 from nn_recon.cli import main
 from nn_recon.models import SurrogateReLU
+from nn_recon.pipeline import attack_stationarity
 from nn_recon.train import resolve_device
 from recon_core.errors import ReconError
 
@@ -115,7 +116,7 @@ def test_a_module_goes_into_the_api_directly(tmp_path):
     config = StationarityConfig(
         points=4, runs=1, steps=5, device="cpu", objective="posterior", weight_decay=0.1
     )
-    result = reconstruct(one_logit, config, out_dir=tmp_path)
+    result = attack_stationarity(one_logit, config, tmp_path)
     assert result.measure.points["image"].shape[1:] == (1, 4, 4)  # read from the first Linear
     assert set(result.measure.points["label"]) == {0, 1}
     target = as_target(nn.Sequential(nn.Flatten(), nn.Linear(16, 3)))
