@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 from nn_recon.models import SurrogateReLU, margins
 from nn_recon.ncc import pairwise_ncc
-from nn_recon.train import TrainedModel, resolve_device, resolve_dtype
+from nn_recon.train import TrainedModel, check_device, resolve_device, resolve_dtype
 from nn_recon.user_model import check_classes, infer_input_shape, output_width
 from recon_core.errors import ReconError, require_at_least, require_positive
 from recon_core.measure import WeightedMeasure
@@ -80,6 +80,15 @@ class StationarityConfig:
             for bound in getattr(self, name):
                 require_positive(**{name: bound})
         require_positive(lambda_lr_factor=self.lambda_lr_factor)
+        require_at_least(0, prune_fraction=self.prune_fraction, duplicate_ncc=self.duplicate_ncc)
+        check_objective(self.objective)
+        resolve_dtype(self.dtype)
+        check_device(self.device)
+
+
+def check_objective(objective: str) -> None:
+    if objective not in OBJECTIVES:
+        raise ReconError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
 
 
 @dataclass(frozen=True)
@@ -223,8 +232,7 @@ class StationarityLoss:
         objective: str,
         weight_decay: float | None,
     ):
-        if objective not in OBJECTIVES:
-            raise ReconError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        check_objective(objective)
         target = as_target(model)
         self.network = target.network
         self.params = {name: p.detach() for name, p in target.network.named_parameters()}

@@ -109,6 +109,10 @@ def test_surrogate_keeps_relu_values_and_its_gradient_tends_to_relus():
         ({"lr": (0.0, 1e-3)}, "--lr must be above 0, got 0.0"),
         ({"beta": (30.0, float("nan"))}, "--beta must be a finite number, got nan"),
         ({"weight_decay": -1.0}, "--weight-decay must be above 0, got -1.0"),
+        ({"prune_fraction": -0.1}, "--prune-fraction must be at least 0, got -0.1"),
+        ({"objective": "kl"}, r"objective must be one of \('kkt', 'posterior'\), got 'kl'"),
+        ({"dtype": "float16"}, r"dtype must be one of \['float32', 'float64'\], got 'float16'"),
+        ({"device": "gpu"}, "--device must be one of auto, cpu, cuda, got 'gpu'"),
     ],
 )
 def test_config_refuses_bad_values_when_made(change, message):
