@@ -29,7 +29,13 @@ from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
 from nn_recon.gan import GanConfig
 from nn_recon.inversion_setting import SettingConfig
 from nn_recon.metrics import Evaluator
-from nn_recon.pipeline import attack_inversion, prepare_gan, prepare_setting, save_inversion, test_accuracies
+from nn_recon.pipeline import (
+    accuracies_on_test_split,
+    attack_inversion,
+    prepare_gan,
+    prepare_setting,
+    save_inversion,
+)
 
 PAPER_TOP1 = {("gmi", "ce"): 8.0, ("gmi", "lomma"): 80.8, ("kedmi", "ce"): 46.4, ("kedmi", "lomma"): 100.0}
 BARS = {"gmi": 80.0, "kedmi": 90.0}
@@ -121,7 +127,7 @@ def main() -> None:
 
     started = time.perf_counter()
     setting = prepare_setting(setting_config, args.workdir)
-    accuracies = test_accuracies(setting, setting_config)
+    accuracies = accuracies_on_test_split(setting, setting_config)
     gans = {
         m: prepare_gan(GanConfig(kind=m, steps=args.gan_steps), setting, args.workdir) for m in args.methods
     }

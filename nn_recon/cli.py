@@ -458,11 +458,11 @@ def _gan_arguments(p: argparse.ArgumentParser) -> None:
 
 def _gan(args: argparse.Namespace) -> int:
     from nn_recon.gan import GanConfig
-    from nn_recon.pipeline import gan_path, prepare_gan, save_gan_samples, test_accuracies
+    from nn_recon.pipeline import accuracies_on_test_split, gan_path, prepare_gan, save_gan_samples
 
     gan_config = config_from(args, GanConfig)
     config, setting = _setting(args, train=True)
-    for name, value in test_accuracies(setting, config).items():
+    for name, value in accuracies_on_test_split(setting, config).items():
         _say(f"{name}: test accuracy {value:.3f}")
     gan = prepare_gan(gan_config, setting, args.workdir)
     grid = save_gan_samples(gan, args.workdir)
@@ -533,7 +533,7 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from nn_recon.audit import LOADERS, collect, headline, render, to_json
+    from nn_recon.audit_page import LOADERS, collect, headline, render, to_json
     from recon_core.htmlpage import write
 
     entries = collect({attack: getattr(args, attack) for attack in LOADERS})

@@ -1,7 +1,7 @@
 """The network side's pipeline: load a release, run an attack on it, score the result, save it.
 
 Each ``nn-recon`` command is one function here, and every file they write is named here: the audit
-page (:mod:`nn_recon.audit`) reads the same names. The attacks themselves (:mod:`nn_recon.attacks`)
+page (:mod:`nn_recon.audit_page`) reads the same names. The attacks themselves (:mod:`nn_recon.attacks`)
 take what is loaded in memory and return a :class:`~recon_core.measure.WeightedMeasure`; they train no
 evaluation model, compute no metric and write no file. Nothing here prints.
 """
@@ -28,7 +28,7 @@ from nn_recon.attacks.stationarity import (
     StationarityConfig,
     StationarityResult,
     as_target,
-    reconstruct,
+    stationary_points,
 )
 from nn_recon.checkpoint import load_torch_file, save_atomically
 from nn_recon.data import check_images, load_dataset, load_mnist, make_task
@@ -201,11 +201,11 @@ def attack_stationarity(
     *,
     fresh: bool = False,
 ) -> StationarityResult:
-    """:func:`~nn_recon.attacks.stationarity.reconstruct` with its runs kept in ``out`` (see
+    """:func:`~nn_recon.attacks.stationarity.stationary_points` with its runs kept in ``out`` (see
     :class:`RunFolder`: the same call again resumes; ``fresh`` clears an earlier attack's outputs
     first) and the selected reconstruction saved there as ``reconstruction.npz``."""
     store = None if out is None else RunFolder(Path(out), fresh)
-    result = reconstruct(model, config, store, on_step)
+    result = stationary_points(model, config, store, on_step)
     if out is not None:
         result.measure.save(Path(out) / RECONSTRUCTION)
     return result
@@ -575,7 +575,7 @@ def prepare_setting(
     )
 
 
-def test_accuracies(setting: Setting, config: SettingConfig) -> dict[str, float]:
+def accuracies_on_test_split(setting: Setting, config: SettingConfig) -> dict[str, float]:
     """Each classifier's accuracy on MNIST's test split: on the private classes, and the all-digits
     evaluation model on all ten digits."""
     test, _ = load_split(replace(config, per_class=None), "test")

@@ -417,7 +417,7 @@ def _initial_images(settings: RunSettings, config: StationarityConfig, shape: tu
     return settings.init_scale * torch.randn(config.points, *shape, generator=generator, dtype=dtype)
 
 
-def reconstruct(
+def stationary_points(
     model: TrainedModel | nn.Module | AttackTarget,
     config: StationarityConfig = StationarityConfig(),
     store: RunStore | None = None,

@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
+from nn_recon.attacks.stationarity import (
+    StationarityConfig,
+    StationarityLoss,
+    candidate_labels,
+    stationary_points,
+)
 from nn_recon.models import Architecture, Network, relu_with_surrogate_gradient
 from nn_recon.pipeline import attack_stationarity
 from nn_recon.train import TrainedModel
@@ -138,7 +143,7 @@ def tiny_attack_setup():
 
 def test_attack_resumes_to_the_same_result(tmp_path):
     model, config = tiny_attack_setup()
-    straight = reconstruct(model, config)
+    straight = stationary_points(model, config)
 
     class Interrupt(Exception):
         pass
@@ -161,7 +166,7 @@ def test_attack_resumes_to_the_same_result(tmp_path):
 
 def test_attack_output_is_a_measure_of_images_in_the_box():
     model, config = tiny_attack_setup()
-    result = reconstruct(model, config)
+    result = stationary_points(model, config)
     images = result.measure.points["image"]
     assert images.shape[1:] == (1, 4, 4) and images.min() >= 0 and images.max() <= 1
     assert len(result.measure) <= config.runs * config.points and np.all(result.measure.weights >= 0)
@@ -173,7 +178,7 @@ def test_diverging_runs_are_reported_and_the_rest_kept():
     with torch.no_grad():
         model.network.readout.weight[0, 0] = math.nan
     with pytest.raises(ReconError, match="diverged"):
-        reconstruct(model, config)
+        stationary_points(model, config)
 
 
 @pytest.mark.parametrize("num_outputs", [1, 2])
@@ -228,5 +233,5 @@ def test_a_batch_checkpoint_of_other_runs_is_not_resumed(tmp_path):
     one_run = StationarityConfig(**{**config.__dict__, "runs": 1})
     resumed = attack_stationarity(model, one_run, tmp_path)
     np.testing.assert_array_equal(
-        resumed.runs[0].points["image"], reconstruct(model, one_run).runs[0].points["image"]
+        resumed.runs[0].points["image"], stationary_points(model, one_run).runs[0].points["image"]
     )

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, as_target, reconstruct
+from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, as_target, stationary_points
 from nn_recon.cli import main
 from nn_recon.models import SurrogateReLU
 from nn_recon.pipeline import attack_stationarity
@@ -188,7 +188,7 @@ def test_device_is_resolved_once_and_the_attack_runs_there(monkeypatch):
     with pytest.raises(ReconError, match="--device must be one of auto, cpu, cuda"):
         resolve_device("gpu")
     network = nn.Sequential(nn.Flatten(), nn.Linear(16, 2)).double()
-    result = reconstruct(network, StationarityConfig(points=2, runs=1, steps=2, device="auto"))
+    result = stationary_points(network, StationarityConfig(points=2, runs=1, steps=2, device="auto"))
     assert result.measure.points["image"].dtype == np.float32  # the config's dtype, moved onto the device
     assert all(p.device == torch.device("cpu") and p.dtype == torch.float32 for p in network.parameters())
     loss = StationarityLoss(network, torch.tensor([0, 1]), "kkt", None)

@@ -15,7 +15,7 @@ from sklearn.linear_model import Ridge
 
 from nn_recon.attacks.inversion import InversionConfig
 from nn_recon.attacks.reconn_attack import InformedAttackConfig
-from nn_recon.audit import SavedAttack, headline
+from nn_recon.audit_page import SavedAttack, headline
 from nn_recon.cli import main
 from nn_recon.metrics import InformedScores
 from nn_recon.pipeline import AttackReport, InformedAttackResult, save_informed, save_inversion
