@@ -210,15 +210,6 @@ def _big_gan(path):
     save_gan(train_gan(config, np.random.default_rng(0).random((4, 1, 32, 32), dtype=np.float32)), path)
 
 
-@pytest.fixture
-def one_thread():
-    """Small convolutions on a shared CPU run faster on one thread than on two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 def test_lomma_recovers_the_private_classes_of_a_small_real_setting(tmp_path, one_thread):
     from nn_recon.attacks.inversion import InversionConfig, invert
