@@ -41,8 +41,8 @@ DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
 EXIT_SELF_CHECK_FAILED = 3
 NO_CACHE_ENV = "RECON_AUDIT_NO_CACHE"
 
-# ReconConfig fields the CLI exposes, when the config has them: option help. The defaults and
-# the choices come from ReconConfig itself.
+# ReconConfig fields the CLI exposes: option help. The defaults and the choices come from ReconConfig
+# itself (recon_core.command.add_config_options).
 CONFIG_OPTIONS = {
     "restarts": "independent restarts; the one with the lowest objective is kept",
     "restarts_at_once": "restarts batched together (default: all on an accelerator, 1 on a CPU)",
@@ -68,45 +68,16 @@ def _posteriordb_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _choices(annotation: Any) -> tuple[str, ...] | None:
-    """The strings a Literal (or a union of Literals) allows; None for any other type."""
-    if typing.get_origin(annotation) is typing.Literal:
-        return tuple(str(a) for a in typing.get_args(annotation))
-    args = typing.get_args(annotation)
-    if args and all(typing.get_origin(a) is typing.Literal for a in args):
-        return tuple(str(v) for a in args for v in typing.get_args(a))
-    return None
-
-
 def _config_arguments(p: argparse.ArgumentParser) -> None:
     from bayes_recon.reconstruct import ReconConfig
 
-    defaults, hints = ReconConfig(), typing.get_type_hints(ReconConfig)
-    for field in dataclasses.fields(ReconConfig):
-        if field.name not in CONFIG_OPTIONS:
-            continue
-        default = getattr(defaults, field.name)
-        choices = _choices(hints[field.name])
-        kind = str if choices else int
-        p.add_argument(
-            f"--{field.name.replace('_', '-')}",
-            dest=f"config_{field.name}",
-            type=kind,
-            choices=choices,
-            metavar=None if choices else "N",
-            help=CONFIG_OPTIONS[field.name] + ("" if default is None else f" (default {default})"),
-        )
+    command.add_config_options(p, ReconConfig, CONFIG_OPTIONS, prefix="config_")
 
 
 def _config(args: argparse.Namespace):
     from bayes_recon.reconstruct import ReconConfig
 
-    chosen = {
-        f.name: getattr(args, f"config_{f.name}")
-        for f in dataclasses.fields(ReconConfig)
-        if getattr(args, f"config_{f.name}", None) is not None
-    }
-    return dataclasses.replace(ReconConfig(), **chosen)
+    return command.config_from(args, ReconConfig, prefix="config_")
 
 
 def _source_arguments(p: argparse.ArgumentParser) -> None:

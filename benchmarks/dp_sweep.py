@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
-from nn_recon.attacks.reconn_attack import InformedAttackConfig, run_informed_attack
+from nn_recon.attacks.reconn_attack import InformedAttackConfig
 from nn_recon.dp import DPConfig, noise_multiplier
+from nn_recon.pipeline import attack_informed
 from nn_recon.reconn import ReconnConfig
 from nn_recon.shadows import FarmConfig
 
@@ -50,7 +51,7 @@ def main() -> None:
             reconn=ReconnConfig(epochs=args.reconn_epochs),
         )
         start = time.perf_counter()
-        result = run_informed_attack(config, Path(args.out) / f"epsilon_{epsilon:g}")
+        result = attack_informed(config, Path(args.out) / f"epsilon_{epsilon:g}")
         summary = result.summary()
         rows.append({
             "epsilon": epsilon, "noise_multiplier": noise_multiplier(dp, farm.epochs),

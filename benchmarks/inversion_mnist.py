@@ -25,18 +25,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nn_recon.attacks.inversion import (
-    LOSSES,
-    METHODS,
-    Evaluator,
-    InversionConfig,
-    SettingConfig,
-    attack,
+from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
+from nn_recon.gan import GanConfig
+from nn_recon.inversion_setting import SettingConfig
+from nn_recon.metrics import Evaluator
+from nn_recon.pipeline import (
+    accuracies_on_test_split,
+    attack_inversion,
     prepare_gan,
     prepare_setting,
-    test_accuracies,
+    save_inversion,
 )
-from nn_recon.gan import GanConfig
 
 PAPER_TOP1 = {("gmi", "ce"): 8.0, ("gmi", "lomma"): 80.8, ("kedmi", "ce"): 46.4, ("kedmi", "lomma"): 100.0}
 BARS = {"gmi": 80.0, "kedmi": 90.0}
@@ -128,7 +127,7 @@ def main() -> None:
 
     started = time.perf_counter()
     setting = prepare_setting(setting_config, args.workdir)
-    accuracies = test_accuracies(setting, setting_config)
+    accuracies = accuracies_on_test_split(setting, setting_config)
     gans = {
         m: prepare_gan(GanConfig(kind=m, steps=args.gan_steps), setting, args.workdir) for m in args.methods
     }
@@ -139,8 +138,8 @@ def main() -> None:
     for method in args.methods:
         for loss in args.losses:
             config = InversionConfig(method=method, loss=loss, restarts=args.restarts, steps=args.steps)
-            report = attack(config, gans[method], setting, args.seeds, evaluator)
-            report.save(Path(args.workdir) / "attacks" / f"{method}-{loss}")
+            report = attack_inversion(config, gans[method], setting, args.seeds, evaluator)
+            save_inversion(report, Path(args.workdir) / "attacks" / f"{method}-{loss}")
             summary = report.summary() | {"seconds": report.seconds, "per_seed": report.metrics}
             rows.append({"method": method, "loss": loss, **summary})
             print(f"  {method}+{loss}: top-1 {100 * summary['top1']:.1f} % ({report.seconds:.0f} s)")

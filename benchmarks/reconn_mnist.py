@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from nn_recon.attacks.reconn_attack import InformedAttackConfig, run_informed_attack
+from nn_recon.attacks.reconn_attack import InformedAttackConfig
+from nn_recon.pipeline import attack_informed, save_informed
 from nn_recon.reconn import ReconnConfig
 from nn_recon.report import metric_table
 
@@ -47,7 +48,7 @@ def main() -> None:
         reconn=ReconnConfig(epochs=args.reconn_epochs),
     )
     start = time.perf_counter()
-    result = run_informed_attack(config, args.out)
+    result = attack_informed(config, args.out)
     wall = time.perf_counter() - start
     summary = result.summary()
     print(f"K = {args.shadows} shadow models, {args.targets} released targets, {args.representation}")
@@ -58,8 +59,8 @@ def main() -> None:
     print(
         f"mean MSE below the oracle's: {'yes' if below else 'NO'}; wall {wall:.0f} s (threads {args.threads})"
     )
-    files = result.save(Path(args.out) / f"{args.representation}_{args.shadows}")
-    path = Path(args.json or Path(args.out) / f"summary_{args.representation}_{args.shadows}.json")
+    files = save_informed(result, args.out, config)
+    path = Path(args.json or files["summary"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps(

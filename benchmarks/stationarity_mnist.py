@@ -23,10 +23,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
+from nn_recon.attacks.stationarity import (
+    StationarityConfig,
+    StationarityLoss,
+    candidate_labels,
+    stationary_points,
+)
 from nn_recon.data import make_task
 from nn_recon.metrics import match
 from nn_recon.models import Architecture, SurrogateReLU, build_network, margins
+from nn_recon.pipeline import attack_stationarity
 from nn_recon.report import save_match_grid
 from nn_recon.train import TrainConfig, TrainedModel, accuracy, load_model, save_model, train_target
 from recon_core import progress
@@ -83,7 +89,7 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
         (work / "model.ckpt").unlink(missing_ok=True)
     test = make_task(bench.train.dataset, bench.train.task, split="test")
     trained = time.perf_counter()
-    result = reconstruct(model, bench.attack, out_dir=work / "recon")
+    result = attack_stationarity(model, bench.attack, work / "recon")
     attacked = time.perf_counter()
     recon = result.measure.points["image"]
     labels = {"recon_labels": result.measure.points["label"], "train_labels": model.train_labels}
@@ -131,7 +137,7 @@ def project_paper_time(bench: Benchmark, short: int = 2, long: int = 6) -> dict:
     model = train_target(replace(bench.train, max_steps=short, target_loss=0.0), data=data)
     for steps in (short, long):
         attack = replace(bench.attack, runs=bench.attack.runs_per_batch, steps=steps)
-        attack_times.append(seconds(lambda attack=attack: reconstruct(model, attack)))
+        attack_times.append(seconds(lambda attack=attack: stationary_points(model, attack)))
     train_step = (train_times[1] - train_times[0]) / (long - short)
     attack_step = (attack_times[1] - attack_times[0]) / ((long - short) * bench.attack.runs_per_batch)
     return {

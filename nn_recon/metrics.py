@@ -6,35 +6,23 @@ LPIPS comes from ``nn_recon.lpips`` (the real v0.1 weights), imported only when 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
+from nn_recon.inversion_setting import Setting, in_batches, soft_labels
+from nn_recon.models import penultimate
+from nn_recon.ncc import pairwise_ncc
+from nn_recon.shadows import ClassifierMLP
 from recon_core.errors import ReconError, require_at_least
+from recon_core.measure import WeightedMeasure
 
 THRESHOLDS = (0.4, 0.5, 0.6)
-
-
-def _downsample(images: np.ndarray, factor: int) -> np.ndarray:
-    if factor <= 1:
-        return images
-    n, c, h, w = images.shape
-    h, w = h - h % factor, w - w % factor
-    blocks = images[:, :, :h, :w].reshape(n, c, h // factor, factor, w // factor, factor)
-    return blocks.mean(axis=(3, 5))
-
-
-def pairwise_ncc(a: np.ndarray, b: np.ndarray, downsample: int = 1) -> np.ndarray:
-    """Normalised cross-correlation of every image in ``a`` with every image in ``b``: (len(a), len(b))."""
-
-    def standardised(images: np.ndarray) -> np.ndarray:
-        flat = _downsample(np.asarray(images, dtype=np.float64), downsample).reshape(len(images), -1)
-        flat = flat - flat.mean(axis=1, keepdims=True)
-        return flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-12)
-
-    return standardised(a) @ standardised(b).T
 
 
 def _image_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -78,8 +66,6 @@ def mse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def lpips(a: np.ndarray, b: np.ndarray, device: Any = "cpu") -> np.ndarray:
     """LPIPS (v0.1 weights, via ``nn_recon.lpips``) of each pair, computed on ``device``: shape (n,)."""
-    import torch
-
     from nn_recon.lpips import lpips_distance
 
     a_tensor, b_tensor = (torch.as_tensor(np.asarray(x, np.float32), device=device) for x in (a, b))
@@ -278,8 +264,6 @@ def nearest_neighbours(
 def kl_divergence(classifier, targets: np.ndarray, reconstructions: np.ndarray) -> np.ndarray:
     """KL(p(·|target) ‖ p(·|reconstruction)) of each pair under a torch ``classifier``, on its
     device: shape (n,)."""
-    import torch
-
     device = next(classifier.parameters()).device
     with torch.no_grad():
         log_p, log_q = (
@@ -336,6 +320,28 @@ def score_informed(
     )
 
 
+def train_evaluation_classifier(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    epochs: int = 3,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+):
+    """The KL metric's separately trained classifier: a 784-256-10 ReLU MLP, Adam on mini-batches,
+    on ``device`` (batches drawn on the CPU)."""
+    torch.manual_seed(seed)
+    classifier = ClassifierMLP((math.prod(images.shape[1:]), 256, int(labels.max()) + 1), "relu").to(device)
+    optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(seed)
+    images, labels = images.to(device), labels.to(device)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(images), generator=generator).to(device).split(128):
+            optimiser.zero_grad()
+            F.cross_entropy(classifier(images[batch]), labels[batch]).backward()
+            optimiser.step()
+    return classifier.eval()
+
+
 # Model-inversion metrics: the evaluation model's accuracy on inverted images and the KNN distance.
 
 
@@ -359,3 +365,41 @@ def knn_distance(
         squared = np.square(points).sum(1, keepdims=True) + np.square(pool).sum(1) - 2 * points @ pool.T
         distances[rows] = np.maximum(squared.min(1), 0)
     return distances
+
+
+class Evaluator:
+    """Attack accuracy and KNN distance under the evaluation model, and top-1 accuracy under the
+    all-digits evaluation model (class c counts as correct only as its own digit); the private
+    features computed once.
+
+    Also the top-1 of the attacked models themselves: the target's, and the augmented models' mean.
+    What the evaluation model misses of what the target accepts is the attack's overfitting to the
+    target, the gap MA is meant to close; an augmented top-1 already at 1 leaves MA nothing to add."""
+
+    def __init__(self, setting: Setting) -> None:
+        self.model, self.private = setting.evaluation, setting.private
+        self.all_digits = setting.all_digits_evaluation
+        self.target, self.augmented = setting.target, setting.augmented
+        self.digits = np.array([int(c) for c in self.private.classes])
+        self.private_features = self.features(self.private.images)
+
+    def features(self, images: np.ndarray) -> np.ndarray:
+        return in_batches(penultimate, self.model, images).numpy()
+
+    def __call__(self, measures: dict[int, WeightedMeasure]) -> dict[str, float]:
+        images = np.concatenate([m.points["image"] for m in measures.values()])
+        labels = np.concatenate([np.full(len(m), c) for c, m in measures.items()])
+        features = self.features(images)
+        readout = self.model.network.readout
+        logits = readout(torch.as_tensor(features, device=readout.weight.device)).detach().cpu().numpy()
+        all_digits = in_batches(torch.nn.Module.__call__, self.all_digits, images).numpy()
+        attacked = [soft_labels(model, images) for model in self.augmented]
+        return {
+            "top1": top_k_accuracy(logits, labels, 1),
+            "top5": top_k_accuracy(logits, labels, 5),
+            "knn": float(knn_distance(features, labels, self.private_features, self.private.labels).mean()),
+            "top1_all_digits": top_k_accuracy(all_digits, self.digits[labels], 1),
+            "top5_all_digits": top_k_accuracy(all_digits, self.digits[labels], 5),
+            "top1_target": top_k_accuracy(soft_labels(self.target, images), labels, 1),
+            "top1_augmented": float(np.mean([top_k_accuracy(p, labels, 1) for p in attacked])),
+        }

@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional as F
 
 from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
-from nn_recon.data import TaskData, make_task
+from nn_recon.data import DATASETS, TASKS, TaskData, make_task
 from nn_recon.models import Architecture, Network, build_network, margins, predict
 from recon_core.errors import ReconError, require_at_least, require_positive
 from recon_core.progress import progress
@@ -53,6 +53,12 @@ class TrainConfig:
         )
         require_positive(lr=self.lr, first_layer_scale=self.first_layer_scale)
         require_at_least(0, target_loss=self.target_loss, weight_decay=self.weight_decay)
+        if self.dataset not in DATASETS:
+            raise ReconError(f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
+        if self.task not in TASKS:
+            raise ReconError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        resolve_dtype(self.dtype)
+        check_device(self.device)
 
 
 @dataclass
@@ -78,10 +84,15 @@ class TrainedModel:
         return {name: p.detach() for name, p in self.network.named_parameters()}
 
 
-def resolve_device(device: str) -> torch.device:
-    """The torch device of a --device choice (see ``DEVICES``); 'auto' is CUDA when present."""
+def check_device(device: str) -> None:
+    """Refuse a --device that is none of ``DEVICES`` (whether it is available is :func:`resolve_device`'s)."""
     if device not in DEVICES:
         raise ReconError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+
+
+def resolve_device(device: str) -> torch.device:
+    """The torch device of a --device choice (see ``DEVICES``); 'auto' is CUDA when present."""
+    check_device(device)
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():

@@ -1,17 +1,107 @@
-"""What both command-line tools share: a parser of subcommands, and bad input as one line, status 2.
+"""What both command-line tools share: a parser of subcommands, options made from a config, bad input as
+one line, status 2.
 
 Each subcommand is one ``register_*`` function that adds its parser and sets ``run`` to a function
-taking the parsed arguments and returning an exit status.
+taking the parsed arguments and returning an exit status; :class:`Subcommand` is one row of a table
+of them. A frozen config dataclass gives its options with :func:`add_config_options` and is made
+back from the parsed arguments with :func:`config_from`, so that its defaults live in one place.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Register = Callable[[Subparsers], None]
+
+
+class Subcommand(NamedTuple):
+    """One row of a tool's table of subcommands: ``arguments`` adds its options to its parser and
+    ``run`` takes the parsed arguments and returns the exit status."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+    def register(self, **parser_options: Any) -> Register:
+        """The ``register_*`` function of this row; ``parser_options`` go to its parser."""
+
+        def register(subparsers: Subparsers) -> None:
+            parser = subparsers.add_parser(self.name, help=self.help, **parser_options)  # type: ignore[attr-defined]
+            self.arguments(parser)
+            parser.set_defaults(run=self.run)
+
+        return register
+
+
+def literal_choices(annotation: Any) -> tuple[str, ...] | None:
+    """The strings a Literal (or a union of Literals) allows; None for any other type."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return tuple(str(a) for a in typing.get_args(annotation))
+    args = typing.get_args(annotation)
+    if args and all(typing.get_origin(a) is typing.Literal for a in args):
+        return tuple(str(v) for a in args for v in typing.get_args(a))
+    return None
+
+
+def _shown(default: Any) -> str:
+    """A default as it is typed on the command line: a tuple as 784,10,10."""
+    return ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
+
+
+def add_config_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    config: type,
+    helps: Mapping[str, str],
+    *,
+    prefix: str = "",
+    flags: Mapping[str, str] | None = None,
+    types: Mapping[str, Callable[[str], Any]] | None = None,
+    choices: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """One option per field of the dataclass ``config`` named in ``helps``, with that help.
+
+    The option is ``--field-name`` (``flags`` names another, e.g. ``{"architecture": "arch"}``) and
+    stores the value at ``prefix + field``; it converts by ``types`` or the field's annotation (int,
+    float or str; a Literal's values are its choices, else ``choices``). It is None when not given,
+    so that the config's own default applies (:func:`config_from`); the help ends with that default,
+    or, where it is None, says itself what happens without the option.
+    """
+    flags, types, choices = flags or {}, types or {}, choices or {}
+    defaults, hints = config(), typing.get_type_hints(config)
+    for field in dataclasses.fields(config):
+        if field.name not in helps:
+            continue
+        flag = flags.get(field.name, field.name.replace("_", "-"))
+        allowed = choices.get(field.name) or literal_choices(hints[field.name])
+        kinds = [a for a in typing.get_args(hints[field.name]) if a is not type(None)]
+        kind = types.get(field.name) or (str if allowed else (kinds or [hints[field.name]])[0])
+        default = getattr(defaults, field.name)
+        parser.add_argument(
+            f"--{flag}",
+            dest=prefix + field.name,
+            type=kind,
+            choices=allowed,
+            metavar=None if allowed else flag.upper().replace("-", "_"),
+            help=helps[field.name] + ("" if default is None else f" (default: {_shown(default)})"),
+        )
+
+
+def config_from(args: argparse.Namespace, config: type, prefix: str = "", **fields: Any) -> Any:
+    """``config`` with the options :func:`add_config_options` added that were given, and ``fields``;
+    the config's defaults for the rest."""
+    given = {
+        f.name: getattr(args, prefix + f.name)
+        for f in dataclasses.fields(config)
+        if getattr(args, prefix + f.name, None) is not None
+    }
+    return config(**given | fields)
 
 
 def build_parser(

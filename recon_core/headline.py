@@ -1,6 +1,6 @@
 """The verdict at the top of an audit: "may I publish?" answered in plain words, for a page and a terminal.
 
-Both audits (:mod:`bayes_recon.verdict`, :mod:`nn_recon.audit`) word their results into a
+Both audits (:mod:`bayes_recon.verdict`, :mod:`nn_recon.audit_page`) word their results into a
 :class:`Headline`; :func:`recon_core.htmlpage.page` puts it first on the page and the command-line
 tools print :meth:`Headline.text` before their tables.
 """

@@ -1,7 +1,7 @@
 """The pieces of a self-contained HTML report: page skeleton with the verdict first, tables and inline PNGs.
 
 Nothing is fetched when the page opens: the style is inline and images are base64 data URIs.
-Used by :mod:`bayes_recon.report` and :mod:`nn_recon.audit`.
+Used by :mod:`bayes_recon.report` and :mod:`nn_recon.audit_page`.
 """
 
 from __future__ import annotations

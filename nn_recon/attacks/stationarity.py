@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -39,10 +37,9 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from nn_recon.checkpoint import load_torch_file, save_atomically
-from nn_recon.metrics import pairwise_ncc
 from nn_recon.models import SurrogateReLU, margins
-from nn_recon.train import TrainedModel, resolve_device, resolve_dtype
+from nn_recon.ncc import pairwise_ncc
+from nn_recon.train import TrainedModel, check_device, resolve_device, resolve_dtype
 from nn_recon.user_model import check_classes, infer_input_shape, output_width
 from recon_core.errors import ReconError, require_at_least, require_positive
 from recon_core.measure import WeightedMeasure
@@ -83,6 +80,15 @@ class StationarityConfig:
             for bound in getattr(self, name):
                 require_positive(**{name: bound})
         require_positive(lambda_lr_factor=self.lambda_lr_factor)
+        require_at_least(0, prune_fraction=self.prune_fraction, duplicate_ncc=self.duplicate_ncc)
+        check_objective(self.objective)
+        resolve_dtype(self.dtype)
+        check_device(self.device)
+
+
+def check_objective(objective: str) -> None:
+    if objective not in OBJECTIVES:
+        raise ReconError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,25 @@ class StationarityResult:
     diverged: list[int]
 
 
+class RunStore(Protocol):
+    """Where the attack keeps its finished runs and the state of the batch it is optimising, so that a
+    stopped attack resumes; :class:`nn_recon.pipeline.RunFolder` keeps them in the --out folder.
+    A batch is named by its first run's index."""
+
+    def open(self, target: AttackTarget, config: StationarityConfig) -> None:
+        """Called once the input is checked, before anything is read: refuse another attack's runs."""
+
+    def finished_run(self, index: int) -> WeightedMeasure | None: ...
+
+    def save_run(self, index: int, run: WeightedMeasure) -> None: ...
+
+    def batch_state(self, first: int, device: torch.device) -> dict[str, Any] | None: ...
+
+    def save_batch_state(self, first: int, state: dict[str, Any]) -> None: ...
+
+    def drop_batch_state(self, first: int) -> None: ...
+
+
 def candidate_labels(points: int, num_classes: int) -> np.ndarray:
     """Class indices for ``points`` candidates, split as evenly as possible, in blocks."""
     if points < num_classes:
@@ -207,8 +232,7 @@ class StationarityLoss:
         objective: str,
         weight_decay: float | None,
     ):
-        if objective not in OBJECTIVES:
-            raise ReconError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        check_objective(objective)
         target = as_target(model)
         self.network = target.network
         self.params = {name: p.detach() for name, p in target.network.named_parameters()}
@@ -325,16 +349,12 @@ class _Adam:
         self.first, self.second, self.count = list(state["first"]), list(state["second"]), state["count"]
 
 
-def _run_path(out_dir: Path, index: int) -> Path:
-    return out_dir / "runs" / f"run_{index:04d}"
-
-
 def _optimise_batch(
     loss: StationarityLoss,
     settings: list[RunSettings],
     config: StationarityConfig,
     target: AttackTarget,
-    checkpoint: Path | None,
+    store: RunStore | None,
     on_step: Callable[[int, torch.Tensor], None] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
     """Optimise the runs in ``settings`` together; returns x, λ, β, final losses and diverged indices."""
@@ -362,9 +382,7 @@ def _optimise_batch(
     stopped = torch.zeros(len(settings), dtype=torch.bool, device=device)
     losses = torch.full((len(settings),), math.nan, dtype=dtype, device=device)
     start, indices = 0, [s.index for s in settings]
-    state = None
-    if checkpoint and checkpoint.exists():
-        state = load_torch_file(checkpoint, "an attack checkpoint", "delete it to redo its runs", device)
+    state = store.batch_state(indices[0], device) if store else None
     if state is not None and state.get("runs") == indices:  # a batch of other runs (--runs changed) restarts
         x, lam, stopped, losses = state["x"], state["lam"], state["stopped"], state["losses"]
         start = state["step"]
@@ -386,9 +404,9 @@ def _optimise_batch(
         lam = torch.maximum(lam, lam_min)
         if on_step:
             on_step(step, values)
-        if checkpoint and (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
+        if store and (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
             state = {"x": x, "lam": lam, "stopped": stopped, "losses": losses, "step": step + 1}
-            save_atomically(checkpoint, {**state, "adam": optimiser.state(), "runs": indices})
+            store.save_batch_state(indices[0], {**state, "adam": optimiser.state(), "runs": indices})
     losses = torch.where(stopped, losses, vmap(loss)(x, lam, beta))
     diverged = [s.index for s, bad in zip(settings, stopped.tolist(), strict=True) if bad]
     return x, lam, beta, losses, diverged
@@ -399,70 +417,25 @@ def _initial_images(settings: RunSettings, config: StationarityConfig, shape: tu
     return settings.init_scale * torch.randn(config.points, *shape, generator=generator, dtype=dtype)
 
 
-FINGERPRINT = "fingerprint.json"
-# Not part of the fingerprint: more --runs extend a search, and where it runs does not change it.
-_UNFINGERPRINTED = ("runs", "device")
-# What an attack writes into its --out folder (match adds match.json and match.png): --fresh clears these.
-_OUTPUTS = ("runs", "reconstruction.npz", "reconstruction.json", "match.json", "match.png", FINGERPRINT)
-
-
-def _fingerprint(target: AttackTarget, config: StationarityConfig) -> dict:
-    settings = {k: v for k, v in asdict(config).items() if k not in _UNFINGERPRINTED}
-    return json.loads(json.dumps({"model": target.identity, "settings": settings}))
-
-
-def _claim(out: Path, fingerprint: dict, fresh: bool) -> None:
-    """Make ``out`` the folder of this model and these settings: refuse one that holds another's
-    runs, or (``fresh``) clear what an earlier attack wrote there first."""
-    saved = out / FINGERPRINT
-    if fresh:
-        for name in _OUTPUTS:
-            path = out / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-    elif saved.is_file() or (out / "runs").exists() or (out / "reconstruction.npz").exists():
-        before = json.loads(saved.read_text()) if saved.is_file() else None
-        if before != fingerprint:
-            if before is None:
-                what = "runs without a fingerprint (an older nn-recon)"
-            elif before.get("model") != fingerprint["model"]:
-                what = "runs of another model (its weights or source differ)"
-            else:
-                now = fingerprint["settings"]
-                changed = sorted(k for k in now if before["settings"].get(k) != now[k])
-                what = f"runs made with other settings ({', '.join(changed)})"
-            raise ReconError(
-                f"--out {out} holds {what}; pass --fresh to replace them or choose another --out folder"
-            )
-    out.mkdir(parents=True, exist_ok=True)
-    saved.write_text(json.dumps(fingerprint, indent=2))
-
-
-def reconstruct(
+def stationary_points(
     model: TrainedModel | nn.Module | AttackTarget,
     config: StationarityConfig = StationarityConfig(),
-    out_dir: str | Path | None = None,
+    store: RunStore | None = None,
     on_step: Callable[[int, torch.Tensor], None] | None = None,
-    *,
-    fresh: bool = False,
 ) -> StationarityResult:
     """Run the attack on ``model`` and return the selected reconstruction.
 
     ``model`` is a model trained by nn-recon, any classifier ``nn.Module`` taking images in [0, 1]
     (its input shape and class count read from it; pass :func:`as_target` of it to give them), or
     an :class:`AttackTarget`. The network is moved to ``config.device`` and ``config.dtype``.
-    With ``out_dir``, every finished run is saved under ``out_dir/runs`` and a batch in progress is
-    checkpointed; calling again with the same model and config skips finished runs and resumes the
-    batch. A folder holding runs of another model or config is refused, or cleared with ``fresh``.
+    With a ``store``, every finished run and the state of a batch in progress are kept there;
+    calling again with the same store skips finished runs and resumes the batch.
     """
     device, dtype = resolve_device(config.device), resolve_dtype(config.dtype)
     target = as_target(model)
     labels_np = candidate_labels(config.points, target.num_classes)
-    out = Path(out_dir) if out_dir is not None else None
-    if out:
-        _claim(out, _fingerprint(target, config), fresh)
+    if store:
+        store.open(target, config)
     target.network.to(device, dtype)
     labels = torch.as_tensor(labels_np, device=device)
     loss = StationarityLoss(target, labels, config.objective, config.weight_decay)
@@ -470,16 +443,16 @@ def reconstruct(
     diverged: list[int] = []
     pending = []
     for index in range(config.runs):
-        if out and _run_path(out, index).with_suffix(".npz").exists():
-            measures[index] = WeightedMeasure.load(_run_path(out, index))
-        else:
+        finished = store.finished_run(index) if store else None
+        if finished is None:
             pending.append(RunSettings.draw(config, index))
+        else:
+            measures[index] = finished
     mean = target.mean[None]
     for start in range(0, len(pending), config.runs_per_batch):
         batch = pending[start : start + config.runs_per_batch]
-        checkpoint = out / "runs" / f"batch_{batch[0].index:04d}.ckpt" if out else None
         started = time.perf_counter()
-        x, lam, beta, losses, bad = _optimise_batch(loss, batch, config, target, checkpoint, on_step)
+        x, lam, beta, losses, bad = _optimise_batch(loss, batch, config, target, store, on_step)
         seconds = (time.perf_counter() - started) / len(batch)
         diverged += bad
         for i, run in enumerate(batch):
@@ -491,17 +464,14 @@ def reconstruct(
                 (scale * lam[i]).cpu().numpy(),
                 {**asdict(run), "loss": float(losses[i]), "seconds": seconds, "objective": config.objective},
             )
-            if out:
-                measures[run.index].save(_run_path(out, run.index))
-        if checkpoint:
-            checkpoint.unlink(missing_ok=True)
+            if store:
+                store.save_run(run.index, measures[run.index])
+        if store:
+            store.drop_batch_state(batch[0].index)
     runs = [measures[i] for i in sorted(measures)]
-    measure = select(runs, config) if runs else None
-    if measure is not None and out:
-        measure.save(out / "reconstruction")
-    if measure is None:
+    if not runs:
         raise ReconError(f"all {config.runs} runs diverged (NaN loss); lower the --lr range and run again")
-    return StationarityResult(measure, runs, diverged)
+    return StationarityResult(select(runs, config), runs, diverged)
 
 
 def select(runs: list[WeightedMeasure], config: StationarityConfig) -> WeightedMeasure:

@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from nn_recon.attacks.reconn_attack import InformedAttackConfig, train_farms
+from nn_recon.attacks.reconn_attack import InformedAttackConfig
 from nn_recon.dp import DPConfig, noise_multiplier
+from nn_recon.pipeline import train_farms
 from nn_recon.shadows import (
     FarmConfig,
     build_farm,

@@ -8,15 +8,10 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from nn_recon.attacks.inversion import (
-    MODEL_NAMES,
-    SettingConfig,
-    fit_classifier,
-    identity_loss,
-    reparameterised,
-)
+from nn_recon.attacks.inversion import identity_loss, reparameterised
 from nn_recon.cli import main
 from nn_recon.gan import GanConfig, train_gan
+from nn_recon.inversion_setting import MODEL_NAMES, SettingConfig, fit_classifier
 from nn_recon.metrics import knn_distance, top_k_accuracy
 from nn_recon.models import Architecture, build_network, penultimate
 from nn_recon.train import TrainedModel
@@ -93,8 +88,9 @@ def test_top_k_accuracy_and_knn_distance_by_brute_force():
 
 
 def test_evaluator_scores_the_attacked_models_as_by_hand():
-    from nn_recon.attacks.inversion import Evaluator, Setting
     from nn_recon.data import TaskData
+    from nn_recon.inversion_setting import Setting
+    from nn_recon.metrics import Evaluator
     from recon_core.measure import WeightedMeasure
 
     target, other = _model("cnn:4,6", 0), _model("mlp:7", 1)
@@ -148,7 +144,7 @@ def test_interrupted_classifier_training_resumes_to_the_same_weights(tmp_path, m
     config = SettingConfig(batch_size=16)
     arguments = (architecture, images, labels, images.mean(0), ("a", "b", "c"), config, 0)
     whole = fit_classifier(*arguments, tmp_path / "whole.ckpt")
-    from nn_recon.attacks import inversion as inversion_module
+    from nn_recon import inversion_setting as inversion_module
 
     save = inversion_module.save_atomically
 
@@ -214,25 +210,11 @@ def _big_gan(path):
     save_gan(train_gan(config, np.random.default_rng(0).random((4, 1, 32, 32), dtype=np.float32)), path)
 
 
-@pytest.fixture
-def one_thread():
-    """Small convolutions on a shared CPU run faster on one thread than on two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 def test_lomma_recovers_the_private_classes_of_a_small_real_setting(tmp_path, one_thread):
-    from nn_recon.attacks.inversion import (
-        Evaluator,
-        InversionConfig,
-        SettingConfig,
-        invert,
-        prepare_gan,
-        prepare_setting,
-    )
+    from nn_recon.attacks.inversion import InversionConfig, invert
+    from nn_recon.metrics import Evaluator
+    from nn_recon.pipeline import prepare_gan, prepare_setting
 
     setting = prepare_setting(SettingConfig(epochs=2, per_class=500, public_size=5000), tmp_path)
     evaluator = Evaluator(setting)

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from nn_recon.data import load_digits
-from nn_recon.metrics import match, mse, pairwise_ncc, psnr, ssim
+from nn_recon.metrics import match, mse, psnr, ssim
+from nn_recon.ncc import pairwise_ncc
 from nn_recon.report import save_match_grid, success_table
 from recon_core.errors import ReconError
 

@@ -1,4 +1,4 @@
-"""The stationarity objective vanishes at a constructed KKT point and the attack resumes exactly."""
+"""The stationarity objective vanishes at a constructed KKT point; the attack keeps its images in the box."""
 
 import math
 
@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, candidate_labels, reconstruct
+from nn_recon.attacks.stationarity import (
+    StationarityConfig,
+    StationarityLoss,
+    candidate_labels,
+    stationary_points,
+)
 from nn_recon.models import Architecture, Network, relu_with_surrogate_gradient
 from nn_recon.train import TrainedModel
 from recon_core.errors import ReconError
@@ -108,6 +113,10 @@ def test_surrogate_keeps_relu_values_and_its_gradient_tends_to_relus():
         ({"lr": (0.0, 1e-3)}, "--lr must be above 0, got 0.0"),
         ({"beta": (30.0, float("nan"))}, "--beta must be a finite number, got nan"),
         ({"weight_decay": -1.0}, "--weight-decay must be above 0, got -1.0"),
+        ({"prune_fraction": -0.1}, "--prune-fraction must be at least 0, got -0.1"),
+        ({"objective": "kl"}, r"objective must be one of \('kkt', 'posterior'\), got 'kl'"),
+        ({"dtype": "float16"}, r"dtype must be one of \['float32', 'float64'\], got 'float16'"),
+        ({"device": "gpu"}, "--device must be one of auto, cpu, cuda, got 'gpu'"),
     ],
 )
 def test_config_refuses_bad_values_when_made(change, message):
@@ -121,54 +130,21 @@ def test_points_fewer_than_classes_is_a_clear_error():
     assert np.bincount(candidate_labels(10, 2)).tolist() == [5, 5]
 
 
-def tiny_attack_setup():
-    torch.manual_seed(0)
-    network = Network(Architecture("mlp", (12,), (1, 4, 4), 1))
-    model = TrainedModel(network, np.full((1, 4, 4), 0.3, np.float32), ("odd", "even"), 0.0, 0)
-    config = StationarityConfig(
-        points=6, runs=3, steps=40, runs_per_batch=2, checkpoint_every=10, device="cpu"
-    )
-    return model, config
-
-
-def test_attack_resumes_to_the_same_result(tmp_path):
-    model, config = tiny_attack_setup()
-    straight = reconstruct(model, config)
-
-    class Interrupt(Exception):
-        pass
-
-    def stop_at_25(step, values):
-        if step == 25:
-            raise Interrupt
-
-    with pytest.raises(Interrupt):
-        reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)
-    assert (tmp_path / "runs" / "batch_0000.ckpt").exists()
-    resumed = reconstruct(model, config, out_dir=tmp_path)
-    for a, b in zip(straight.runs, resumed.runs, strict=True):
-        np.testing.assert_array_equal(a.points["image"], b.points["image"])
-        np.testing.assert_array_equal(a.weights, b.weights)
-    # Finished runs are read back, not recomputed.
-    again = reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)
-    np.testing.assert_array_equal(again.measure.weights, resumed.measure.weights)
-
-
-def test_attack_output_is_a_measure_of_images_in_the_box():
-    model, config = tiny_attack_setup()
-    result = reconstruct(model, config)
+def test_attack_output_is_a_measure_of_images_in_the_box(tiny_attack):
+    model, config = tiny_attack
+    result = stationary_points(model, config)
     images = result.measure.points["image"]
     assert images.shape[1:] == (1, 4, 4) and images.min() >= 0 and images.max() <= 1
     assert len(result.measure) <= config.runs * config.points and np.all(result.measure.weights >= 0)
     assert all(math.isfinite(run.meta["loss"]) for run in result.runs) and not result.diverged
 
 
-def test_diverging_runs_are_reported_and_the_rest_kept():
-    model, config = tiny_attack_setup()
+def test_diverging_runs_are_reported_and_the_rest_kept(tiny_attack):
+    model, config = tiny_attack
     with torch.no_grad():
         model.network.readout.weight[0, 0] = math.nan
     with pytest.raises(ReconError, match="diverged"):
-        reconstruct(model, config)
+        stationary_points(model, config)
 
 
 @pytest.mark.parametrize("num_outputs", [1, 2])
@@ -208,20 +184,3 @@ def test_selection_prunes_small_weights_and_keeps_the_heaviest_of_duplicates():
     # images[2]: run 0's weight is pruned, run 1's 0.3 stays.
     assert sorted(chosen.weights.tolist()) == [0.3, 1.0, 2.0]
     assert chosen.meta["run_of_point"].tolist() == [1, 0, 1]
-
-
-def test_a_batch_checkpoint_of_other_runs_is_not_resumed(tmp_path):
-    """With fewer --runs, the batch starting at run 0 holds other runs than the checkpoint: it restarts."""
-    model, config = tiny_attack_setup()
-
-    def stop_at_25(step, values):
-        if step == 25:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        reconstruct(model, config, out_dir=tmp_path, on_step=stop_at_25)  # runs 0 and 1 checkpointed
-    one_run = StationarityConfig(**{**config.__dict__, "runs": 1})
-    resumed = reconstruct(model, one_run, out_dir=tmp_path)
-    np.testing.assert_array_equal(
-        resumed.runs[0].points["image"], reconstruct(model, one_run).runs[0].points["image"]
-    )

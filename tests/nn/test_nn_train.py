@@ -71,6 +71,10 @@ def test_saved_model_round_trips_with_weights_only(tmp_path):
         ({"lr": 0.0}, "--lr must be above 0, got 0.0"),
         ({"weight_decay": -0.1}, "--weight-decay must be at least 0, got -0.1"),
         ({"first_layer_scale": float("inf")}, "--first-layer-scale must be a finite number, got inf"),
+        ({"dataset": "svhn"}, "unknown dataset 'svhn'; choose one of digits, mnist"),
+        ({"task": "parity"}, "unknown task 'parity'; choose one of odd-even"),
+        ({"dtype": "float16"}, r"dtype must be one of \['float32', 'float64'\], got 'float16'"),
+        ({"device": "gpu"}, "--device must be one of auto, cpu, cuda, got 'gpu'"),
     ],
 )
 def test_config_refuses_bad_values_when_made(change, message):

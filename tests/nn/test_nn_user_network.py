@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, as_target, reconstruct
+from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, as_target, stationary_points
 from nn_recon.cli import main
 from nn_recon.models import SurrogateReLU
+from nn_recon.pipeline import attack_stationarity
 from nn_recon.train import resolve_device
 from recon_core.errors import ReconError
 
@@ -115,7 +116,7 @@ def test_a_module_goes_into_the_api_directly(tmp_path):
     config = StationarityConfig(
         points=4, runs=1, steps=5, device="cpu", objective="posterior", weight_decay=0.1
     )
-    result = reconstruct(one_logit, config, out_dir=tmp_path)
+    result = attack_stationarity(one_logit, config, tmp_path)
     assert result.measure.points["image"].shape[1:] == (1, 4, 4)  # read from the first Linear
     assert set(result.measure.points["label"]) == {0, 1}
     target = as_target(nn.Sequential(nn.Flatten(), nn.Linear(16, 3)))
@@ -187,7 +188,7 @@ def test_device_is_resolved_once_and_the_attack_runs_there(monkeypatch):
     with pytest.raises(ReconError, match="--device must be one of auto, cpu, cuda"):
         resolve_device("gpu")
     network = nn.Sequential(nn.Flatten(), nn.Linear(16, 2)).double()
-    result = reconstruct(network, StationarityConfig(points=2, runs=1, steps=2, device="auto"))
+    result = stationary_points(network, StationarityConfig(points=2, runs=1, steps=2, device="auto"))
     assert result.measure.points["image"].dtype == np.float32  # the config's dtype, moved onto the device
     assert all(p.device == torch.device("cpu") and p.dtype == torch.float32 for p in network.parameters())
     loss = StationarityLoss(network, torch.tensor([0, 1]), "kkt", None)

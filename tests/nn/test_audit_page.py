@@ -13,11 +13,12 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from nn_recon.attacks.inversion import AttackReport, InversionConfig
-from nn_recon.attacks.reconn_attack import InformedAttackConfig, InformedAttackResult
-from nn_recon.audit import SavedAttack, headline
+from nn_recon.attacks.inversion import InversionConfig
+from nn_recon.attacks.reconn_attack import InformedAttackConfig
+from nn_recon.audit_page import SavedAttack, headline
 from nn_recon.cli import main
 from nn_recon.metrics import InformedScores
+from nn_recon.pipeline import AttackReport, InformedAttackResult, save_informed, save_inversion
 from recon_core.headline import percent
 from recon_core.measure import WeightedMeasure
 
@@ -43,7 +44,7 @@ def _informed(folder):
         {"image": images[1].numpy()}, attack="informed-reconn", config=asdict(InformedAttackConfig()),
         summary=summary,
     )  # fmt: skip
-    InformedAttackResult(measure, scores, 0.875, {}, *images).save(folder / "weights_1000")
+    save_informed(InformedAttackResult(measure, scores, 0.875, {}, *images), folder, InformedAttackConfig())
     return folder, summary
 
 
@@ -52,7 +53,7 @@ def _inversion(folder):
         c: WeightedMeasure.empirical({"image": RNG.random((3, 1, 8, 8))}, name=f"c{c}") for c in range(2)
     }
     metrics = [{"top1": 0.5, "top5": 1.0, "knn": 2.0}, {"top1": 1.0, "top5": 1.0, "knn": 3.0}]
-    AttackReport(InversionConfig(), metrics, [first, first], 4.0).save(folder)
+    save_inversion(AttackReport(InversionConfig(), metrics, [first, first], 4.0), folder)
     return folder
 
 

@@ -1,6 +1,7 @@
 """``nn-recon audit``: one self-contained HTML page, and JSON, of what the network attacks saved.
 
-Nothing is rerun; each attack is read from the folder its command wrote:
+Nothing is rerun; each attack is read from the folder its command wrote, under the file names
+:mod:`nn_recon.pipeline` gives them:
 
 - ``stationarity --out DIR``, then ``match --recon DIR``: ``reconstruction.json`` (the attack's
   settings), ``match.json`` (training images reconstructed per SSIM threshold, their mean PSNR, and
@@ -25,6 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nn_recon.pipeline import (
+    GRID,
+    MATCH_GRID,
+    MATCH_SCORES,
+    RECONSTRUCTION,
+    RECONSTRUCTIONS,
+    SUMMARY,
+)
 from recon_core.errors import ReconError
 from recon_core.headline import Headline, Severity, count, percent, words
 from recon_core.htmlpage import escape, page, png_image, table
@@ -71,11 +80,11 @@ def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _stationarity(folder: Path) -> list[SavedAttack]:
     _require(
         folder,
-        ("reconstruction.json", "match.json", "match.png"),
+        (f"{RECONSTRUCTION}.json", MATCH_SCORES, MATCH_GRID),
         "pass the --out folder of nn-recon stationarity after running nn-recon match --recon on it",
     )
-    meta = json.loads((folder / "reconstruction.json").read_text())["meta"]
-    matched = json.loads((folder / "match.json").read_text())
+    meta = json.loads((folder / f"{RECONSTRUCTION}.json").read_text())["meta"]
+    matched = json.loads((folder / MATCH_SCORES).read_text())
     settings = {
         "model": matched["model"],
         **_flat(meta["config"]),
@@ -98,44 +107,44 @@ def _stationarity(folder: Path) -> list[SavedAttack]:
         "distinct reconstructions",
         "their mean PSNR (dB)",
     )
-    return [SavedAttack("stationarity", folder, settings, header, rows, folder / "match.png")]
+    return [SavedAttack("stationarity", folder, settings, header, rows, folder / MATCH_GRID)]
 
 
 def _informed(folder: Path) -> list[SavedAttack]:
-    runs = sorted(folder.glob("*/reconstructions.json"))
+    runs = sorted(folder.glob(f"*/{RECONSTRUCTIONS}.json"))
     if not runs:
         raise ReconError(
-            f"{folder} has no <representation>_<shadows>/reconstructions.json; "
+            f"{folder} has no <representation>_<shadows>/{RECONSTRUCTIONS}.json; "
             "pass the --out folder of nn-recon reconn"
         )
     entries = []
     for run in runs:
-        _require(run.parent, ("grid.png",), "rerun nn-recon reconn to draw it")
+        _require(run.parent, (GRID,), "rerun nn-recon reconn to draw it")
         meta = json.loads(run.read_text())["meta"]
         rows = list(meta["summary"].items())
         config = _flat(meta["config"])
         entries.append(
-            SavedAttack("informed", run.parent, config, ("metric", "value"), rows, run.parent / "grid.png")
+            SavedAttack("informed", run.parent, config, ("metric", "value"), rows, run.parent / GRID)
         )
     return entries
 
 
 def _inversion(folder: Path) -> list[SavedAttack]:
-    _require(folder, ("summary.json", "grid.png"), "pass the --out folder of nn-recon invert")
-    saved = json.loads((folder / "summary.json").read_text())
+    _require(folder, (SUMMARY, GRID), "pass the --out folder of nn-recon invert")
+    saved = json.loads((folder / SUMMARY).read_text())
     settings = {**saved["config"], "seeds": len(saved["metrics"]), "seconds": saved["seconds"]}
     summary = saved["summary"]
     rows = [(name, summary[name], summary[f"{name}_sd"]) for name in saved["metrics"][0]]
     return [
         SavedAttack(
-            "inversion", folder, settings, ("metric", "mean over seeds", "sd"), rows, folder / "grid.png"
+            "inversion", folder, settings, ("metric", "mean over seeds", "sd"), rows, folder / GRID
         )
     ]
 
 
 def _glm(folder: Path) -> list[SavedAttack]:
-    _require(folder, ("reconstruction.json",), "pass the --out folder of nn-recon glm")
-    saved = json.loads((folder / "reconstruction.json").read_text())
+    _require(folder, (f"{RECONSTRUCTION}.json",), "pass the --out folder of nn-recon glm")
+    saved = json.loads((folder / f"{RECONSTRUCTION}.json").read_text())
     meta = saved["meta"]
     settings = {"model": meta["model"], "known": meta["known"], **meta["settings"]}
     rows = [

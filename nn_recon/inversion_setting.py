@@ -1,0 +1,148 @@
+"""The model-inversion setting: MNIST's private classes (0-4) and public images (5-9), and its classifiers.
+
+The images of the private classes train the target and an evaluation model of another, stronger
+shape; the public images train the GAN prior and the augmented models, which are distilled from
+the target's soft labels on public data only. :mod:`nn_recon.pipeline` trains, saves and loads
+them; :mod:`nn_recon.attacks.inversion` attacks the target through them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
+from nn_recon.data import TaskData, balanced_subset, check_images, load_mnist
+from nn_recon.models import Architecture, build_network
+from nn_recon.train import TrainedModel
+from recon_core.errors import ReconError
+from recon_core.progress import progress
+
+MODEL_NAMES = ("target", "evaluation", "augmented-0", "augmented-1", "evaluation-all-digits")
+
+
+@dataclass(frozen=True)
+class SettingConfig:
+    """The private/public split and the five classifiers. Defaults: all of MNIST's training images,
+    a 3-conv target, a 5-conv evaluation model, 2- and 4-conv augmented models, and a second 5-conv
+    evaluation model of all ten digits; 2 epochs of Adam.
+
+    The evaluation model of the private classes must call every image one of them, so an inverted
+    image that looks like a public digit (a 6 the target takes for a 0) still scores if both models
+    lean the same way. The all-digits model, trained on every training image with its digit, can
+    answer "that is a 6": its accuracy is the stricter test of whether an image shows its class."""
+
+    private_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
+    target: str = "cnn:32,64,128"
+    evaluation: str = "cnn:32,64,128,256,256"
+    augmented: tuple[str, ...] = ("cnn:32,64", "cnn:32,64,128,256")
+    all_digits_evaluation: str = "cnn:32,64,128,256,256"
+    epochs: int = 2
+    batch_size: int = 128
+    lr: float = 1e-3
+    per_class: int | None = None
+    public_size: int | None = None
+    seed: int = 0
+    data_root: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "private_classes", tuple(int(c) for c in self.private_classes))
+        object.__setattr__(self, "augmented", tuple(self.augmented))
+        if len(set(self.private_classes)) < 2 or not set(self.private_classes) <= set(range(10)):
+            raise ReconError(f"private classes must be two or more digits 0-9: {self.private_classes}")
+        if len(self.augmented) != 2:
+            raise ReconError(f"the setting has two augmented models, got {len(self.augmented)}")
+        if min(self.epochs, self.batch_size) < 1:
+            raise ReconError("epochs and batch_size must be >= 1")
+
+
+def load_split(config: SettingConfig, split: str = "train") -> tuple[TaskData, np.ndarray]:
+    """Private images relabelled 0..K-1 (in ``private_classes`` order), and the public images."""
+    images, digits = load_mnist(split, config.data_root)
+    private = np.isin(digits, config.private_classes)
+    relabel = np.full(10, -1)
+    relabel[list(config.private_classes)] = np.arange(len(config.private_classes))
+    labels = relabel[digits[private]]
+    keep = slice(None) if config.per_class is None else balanced_subset(labels, config.per_class, config.seed)
+    public = images[~private][: config.public_size]
+    classes = tuple(str(c) for c in config.private_classes)
+    return TaskData(check_images(images[private][keep]), labels[keep], classes), public
+
+
+def fit_classifier(
+    architecture: Architecture,
+    images: np.ndarray,
+    targets: np.ndarray,
+    mean: np.ndarray,
+    classes: tuple[str, ...],
+    config: SettingConfig,
+    seed: int,
+    checkpoint: Path,
+    device: torch.device | str = "cpu",
+) -> TrainedModel:
+    """Mini-batch Adam on cross-entropy with labels (n,) or soft labels (n, K) on ``device``;
+    checkpointed per epoch. The batches are drawn on the CPU, the same on any device."""
+    network = build_network(architecture, seed).to(device)
+    optimiser = torch.optim.Adam(network.parameters(), config.lr)
+    rng = torch.Generator().manual_seed(seed)
+    start, seconds = 0, 0.0
+    if checkpoint.exists():
+        state = load_torch_file(checkpoint, "a classifier checkpoint", "delete it to start over", device)
+        if state["config"] != asdict(config):
+            raise ReconError(f"checkpoint {checkpoint} was written for another setting; delete it")
+        load_weights(network, state["network"], checkpoint)
+        optimiser.load_state_dict(state["optimiser"])
+        rng.set_state(state["rng"].cpu())
+        start, seconds = state["epoch"], state["seconds"]
+    x, y = torch.as_tensor(images - mean, device=device), torch.as_tensor(targets, device=device)
+    started, loss = time.perf_counter() - seconds, torch.tensor(float("nan"))
+    for epoch in range(start, config.epochs):
+        order = torch.randperm(len(x), generator=rng).to(device).split(config.batch_size)
+        for batch in progress(order, len(order), f"{architecture.spec} epoch {epoch + 1}"):
+            loss = F.cross_entropy(network(x[batch]), y[batch])
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+        save_atomically(checkpoint, {
+            "config": asdict(config), "network": network.state_dict(), "optimiser": optimiser.state_dict(),
+            "rng": rng.get_state(), "epoch": epoch + 1, "seconds": time.perf_counter() - started,
+        })  # fmt: skip
+    seconds = time.perf_counter() - started
+    checkpoint.unlink(missing_ok=True)
+    return TrainedModel(network, mean, classes, loss.item(), config.epochs, asdict(config), seconds=seconds)
+
+
+@dataclass
+class Setting:
+    """The five classifiers, the data they came from, and how long each took to train (when it was)."""
+
+    target: TrainedModel
+    evaluation: TrainedModel
+    augmented: list[TrainedModel]
+    all_digits_evaluation: TrainedModel
+    private: TaskData
+    public: np.ndarray
+    seconds: dict[str, float]
+
+
+def model_device(model: TrainedModel) -> torch.device:
+    return next(model.network.parameters()).device
+
+
+def in_batches(function, model: TrainedModel, images: np.ndarray, batch: int = 1024) -> torch.Tensor:
+    """``function(network, images - mean)`` without gradients, ``batch`` images at a time, on the
+    model's device; the result on the CPU."""
+    x = torch.as_tensor(images - model.mean, device=model_device(model))
+    with torch.no_grad():
+        parts = [function(model.network, x[i : i + batch]) for i in range(0, len(x), batch)]
+    return torch.cat(parts).cpu()
+
+
+def soft_labels(model: TrainedModel, images: np.ndarray) -> np.ndarray:
+    """The model's class probabilities of ``images`` (n, K)."""
+    return in_batches(torch.nn.Module.__call__, model, images).softmax(1).numpy()
