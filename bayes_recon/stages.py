@@ -24,6 +24,7 @@ from bayes_recon import pseudo
 from bayes_recon.divergence import Estimator
 from bayes_recon.objective import VALUE_BUDGET, Objectives, PseudoObjective, value_size
 from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
+from bayes_recon.quantile import quantile
 from bayes_recon.weighting import WeightedModel
 
 if TYPE_CHECKING:  # reconstruct imports this module; the config is only read here
@@ -43,7 +44,8 @@ def response_predictor(
     responses from the model at the posterior mean ``params``, given the pseudo-covariates, puts
     the weighted posterior's location right before any optimisation, whatever the data's scale.
     The sampler takes its standard-normal noise (one column per response coordinate) and maps it
-    through the distribution's quantile function: with noise that is exactly uncorrelated with the
+    through the distribution's quantile function (:func:`bayes_recon.quantile.quantile`; counts have
+    none, and keep their responses in the cloud): with noise that is exactly uncorrelated with the
     covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
     """
     probe = layout.probe(jax.random.PRNGKey(0), 3)
@@ -72,16 +74,21 @@ def response_predictor(
         for column, name in sites.items():
             shape = jnp.shape(sampled[name]["value"])
             width = int(np.prod(shape[1:], dtype=int))
-            quantile = jax.scipy.special.ndtr(noise[:, start : start + width].reshape(shape))
-            out[column] = sampled[name]["fn"].icdf(jnp.clip(quantile, 1e-12, 1 - 1e-12))
+            level = jax.scipy.special.ndtr(noise[:, start : start + width].reshape(shape))
+            out[column] = quantile(sampled[name]["fn"], jnp.clip(level, 1e-12, 1 - 1e-12))
             start += width
         return out
 
     if not sites:
         return set(), None
-    try:
-        jax.eval_shape(predict, probe, jnp.zeros((3, len(layout.coordinates_of(set(sites))))))
-    except Exception:  # the model cannot sample its responses (no default argument, no quantile function)
+    noise = jnp.zeros((3, len(layout.coordinates_of(set(sites)))))
+
+    def total(data: Mapping[str, Array]) -> Array:
+        return sum(jnp.sum(value) for value in predict(data, noise).values())
+
+    try:  # the stages differentiate the responses twice with respect to the covariates
+        jax.eval_shape(jax.hessian(total), probe)
+    except Exception:  # no default argument, no quantile function, or one without derivatives
         return set(), None
     return set(sites), predict
 
