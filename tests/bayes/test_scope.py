@@ -44,8 +44,8 @@ def _factor_model(x, y=None):
     a = numpyro.sample("a", dist.Normal(0, 3))
     b = numpyro.sample("b", dist.Normal(0, 3))
     with numpyro.plate("rows", x.shape[0]):
-        numpyro.sample("y", dist.Normal(a + b * x, 1.0), obs=y)
-        numpyro.factor("robust", -0.1 * jnp.abs(y - a - b * x))  # a row-wise term besides the site
+        value = numpyro.sample("y", dist.Normal(a + b * x, 1.0), obs=y)
+        numpyro.factor("robust", -0.1 * jnp.abs(value - a - b * x))  # a row-wise term besides the site
 
 
 def _two_sites(x, y=None, z=None):
