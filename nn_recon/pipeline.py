@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nn_recon.attacks.informed import GLMReconstruction, load_glm, reconstruct_target
+from nn_recon.attacks.informed import GLMReconstruction, reconstruct_target
 from nn_recon.attacks.inversion import InversionConfig, invert
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, reconstruct_released
 from nn_recon.attacks.stationarity import (
@@ -33,6 +33,7 @@ from nn_recon.attacks.stationarity import (
 from nn_recon.checkpoint import load_torch_file, save_atomically
 from nn_recon.data import check_images, load_dataset, load_mnist, make_task
 from nn_recon.gan import Gan, GanConfig, load_gan, sample_images, save_gan, train_gan
+from nn_recon.glm import load_glm
 from nn_recon.inversion_setting import (
     MODEL_NAMES,
     Setting,

@@ -5,12 +5,8 @@ import pytest
 from sklearn.linear_model import Lasso, LinearRegression, LogisticRegression, Ridge
 from sklearn.svm import SVR
 
-from nn_recon.attacks.informed import (
-    GLM,
-    NotOptimalError,
-    SingularTargetError,
-    reconstruct_target,
-)
+from nn_recon.attacks.informed import NotOptimalError, SingularTargetError, reconstruct_target
+from nn_recon.glm import GLM
 from recon_core.errors import ReconError
 
 
