@@ -30,7 +30,7 @@ from nn_recon.attacks.stationarity import (
     as_target,
     stationary_points,
 )
-from nn_recon.checkpoint import load_torch_file, save_atomically
+from nn_recon.checkpoint import CheckpointFile, load_torch_file, save_atomically
 from nn_recon.data import check_images, load_dataset, load_mnist, make_task
 from nn_recon.gan import Gan, GanConfig, load_gan, sample_images, save_gan, train_gan
 from nn_recon.glm import load_glm
@@ -473,8 +473,8 @@ def attack_informed(
 
     start = time.perf_counter()
     probes = train_x[-config.probes :]  # fixed inputs the adversary queries, outside D⁻ and shadows
-    checkpoint = out / f"reconn_{config.representation}_{len(shadow_x)}.pt"
-    measure = reconstruct_released(config, shadows, released, probes, checkpoint, device)
+    store = CheckpointFile(out / f"reconn_{config.representation}_{len(shadow_x)}.pt", "a RecoNN checkpoint")
+    measure = reconstruct_released(config, shadows, released, probes, store, device)
     reconstructions = measure.points["image"]
     timings["reconn_s"] = time.perf_counter() - start
 
