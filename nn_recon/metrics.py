@@ -119,23 +119,36 @@ class MatchResult:
         return np.argsort(-self.ssim, kind="stable")
 
 
+@dataclass(frozen=True)
+class MatchConfig:
+    """How :func:`match` pairs reconstructions with training images.
+
+    NCC on the images downsampled by ``downsample`` shortlists the ``candidates`` nearest
+    reconstructions, and the best SSIM among them is kept. With ``stretch`` each reconstruction is
+    min-max rescaled to [0, 1] before SSIM (the papers' figures do this: the attack recovers shape
+    better than contrast); the default scores them as they are.
+    """
+
+    downsample: int = 1
+    candidates: int = 5
+    stretch: bool = False
+
+    def __post_init__(self) -> None:
+        require_at_least(1, downsample=self.downsample, candidates=self.candidates)
+
+
 def match(
     reconstructions: np.ndarray,
     train_images: np.ndarray,
-    downsample: int = 1,
     recon_labels: np.ndarray | None = None,
     train_labels: np.ndarray | None = None,
-    candidates: int = 5,
-    stretch: bool = False,
+    config: MatchConfig = MatchConfig(),
 ) -> MatchResult:
     """Match every training image to a reconstruction and score the pair with SSIM and PSNR.
 
-    The ``candidates`` reconstructions nearest by NCC (only those of the same class when labels
-    are given) are scored and the best SSIM is kept, so that NCC only has to shortlist. With
-    ``stretch`` each reconstruction is min-max rescaled to [0, 1] before SSIM (the papers' figures
-    do this: the attack recovers shape better than contrast); the default scores them as they are.
+    The reconstructions NCC shortlists (only those of the same class when labels are given) are
+    scored and the best SSIM is kept, so that NCC only has to shortlist (see :class:`MatchConfig`).
     """
-    require_at_least(1, downsample=downsample, candidates=candidates)
     if len(reconstructions) == 0:
         raise ReconError("there are no reconstructions to match")
     if reconstructions.shape[1:] != train_images.shape[1:]:
@@ -143,12 +156,12 @@ def match(
             f"reconstructions {reconstructions.shape[1:]} and training images {train_images.shape[1:]} "
             "differ in shape; match a reconstruction against the model it was made from"
         )
-    if stretch:
+    if config.stretch:
         reconstructions = stretch_contrast(reconstructions)
-    similarity = pairwise_ncc(train_images, reconstructions, downsample)
+    similarity = pairwise_ncc(train_images, reconstructions, config.downsample)
     if recon_labels is not None and train_labels is not None:
         similarity = np.where(train_labels[:, None] == recon_labels[None, :], similarity, -np.inf)
-    k = min(candidates, similarity.shape[1])
+    k = min(config.candidates, similarity.shape[1])
     shortlist = np.argsort(-similarity, axis=1, kind="stable")[:, :k]
     train_rows = np.repeat(np.arange(len(train_images)), k)
     scores = ssim(train_images[train_rows], reconstructions[shortlist.reshape(-1)]).reshape(-1, k)

@@ -35,6 +35,18 @@ from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
 
 
+@dataclass(frozen=True)
+class GLMAttackConfig:
+    """``tol``: the largest relative gradient norm of the training objective at the reconstruction
+    accepted as optimal."""
+
+    tol: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if not self.tol > 0:
+            raise ReconError(f"tol must be > 0, got {self.tol}")
+
+
 class NotOptimalError(ReconError):
     """The released parameters are not a minimiser of the training objective on D⁻ ∪ {z}."""
 
@@ -135,16 +147,14 @@ def reconstruct_target(
     y_minus: Any,
     *,
     label: Any = None,
-    tol: float = 1e-6,
+    config: GLMAttackConfig = GLMAttackConfig(),
 ) -> GLMReconstruction:
     """Recover the missing training point of ``model`` from D⁻ = (``x_minus``, ``y_minus``).
 
     ``model`` is a fitted sklearn LinearRegression / Ridge / LogisticRegression or a ``GLM``.
     ``label`` is the target's label if the adversary knows it (required without an intercept).
-    Raises ``NotOptimalError`` when the relative gradient norm exceeds ``tol``.
+    Raises ``NotOptimalError`` when the relative gradient norm exceeds ``config.tol``.
     """
-    if not tol > 0:
-        raise ReconError(f"tol must be > 0, got {tol}")
     glm = _as_glm(model)
     x, responses = _checked_data(glm, x_minus, y_minus)
     known = None if label is None else glm.encode_labels(np.asarray([label]))[0]
@@ -190,10 +200,10 @@ def reconstruct_target(
     for xz, yz in zip(features, encoded, strict=True):
         gradient, _ = objective_gradient(glm, np.vstack([x, xz]), np.vstack([responses, yz]))
         worst = max(worst, float(np.linalg.norm(gradient, 1)) / scale)
-    if not worst <= tol:
+    if not worst <= config.tol:
         raise NotOptimalError(
             f"the released parameters are not optimal for D⁻ plus any single target: relative gradient "
-            f"norm {worst:.3g} > tol {tol:g}. Train to convergence (tighter tol, more iterations) or "
+            f"norm {worst:.3g} > tol {config.tol:g}. Train to convergence (tighter tol, more iterations) or "
             "check the regularisation strength and the data",
             worst,
         )
