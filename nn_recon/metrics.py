@@ -6,19 +6,16 @@ LPIPS comes from ``nn_recon.lpips`` (the real v0.1 weights), imported only when 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from nn_recon.inversion_setting import Setting, in_batches, soft_labels
 from nn_recon.models import penultimate
 from nn_recon.ncc import pairwise_ncc
-from nn_recon.shadows import ClassifierMLP
 from recon_core.errors import ReconError, require_at_least
 from recon_core.measure import WeightedMeasure
 
@@ -331,28 +328,6 @@ def score_informed(
         kl=kl_divergence(classifier, targets, reconstructions),
         psnr=psnr(targets, reconstructions),
     )
-
-
-def train_evaluation_classifier(
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    epochs: int = 3,
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-):
-    """The KL metric's separately trained classifier: a 784-256-10 ReLU MLP, Adam on mini-batches,
-    on ``device`` (batches drawn on the CPU)."""
-    torch.manual_seed(seed)
-    classifier = ClassifierMLP((math.prod(images.shape[1:]), 256, int(labels.max()) + 1), "relu").to(device)
-    optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(seed)
-    images, labels = images.to(device), labels.to(device)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(images), generator=generator).to(device).split(128):
-            optimiser.zero_grad()
-            F.cross_entropy(classifier(images[batch]), labels[batch]).backward()
-            optimiser.step()
-    return classifier.eval()
 
 
 # Model-inversion metrics: the evaluation model's accuracy on inverted images and the KNN distance.

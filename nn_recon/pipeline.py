@@ -52,12 +52,19 @@ from nn_recon.metrics import (
     match,
     public_baseline,
     score_informed,
-    train_evaluation_classifier,
 )
 from nn_recon.models import Architecture
 from nn_recon.report import save_class_grid, save_informed_grid, save_match_grid
 from nn_recon.shadows import Farm, build_farm, farm_accuracy
-from nn_recon.train import TrainConfig, TrainedModel, accuracy, load_model, save_model, train_target
+from nn_recon.train import (
+    TrainConfig,
+    TrainedModel,
+    accuracy,
+    load_model,
+    save_model,
+    train_evaluation_classifier,
+    train_target,
+)
 from nn_recon.user_model import file_digest, load_exported, load_user_network
 from recon_core.errors import ReconError, require_at_least
 from recon_core.measure import WeightedMeasure

@@ -13,12 +13,14 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from nn_recon.checkpoint import StateStore, load_weights
+from nn_recon.train import minibatch_epoch
 from recon_core.errors import ReconError
 from recon_core.progress import progress
 
@@ -126,12 +128,9 @@ def train_reconstructor(
         generator.set_state(state["generator"].cpu())
         first_epoch = state["epoch"]
 
+    loss = partial(reconstruction_loss, config)
     for epoch in progress(range(first_epoch, config.epochs), config.epochs - first_epoch, "RecoNN epochs"):
-        for batch in torch.randperm(len(features), generator=generator).to(device).split(config.batch_size):
-            optimiser.zero_grad()
-            loss = reconstruction_loss(config, model(features[batch]), images[batch])
-            loss.backward()
-            optimiser.step()
+        minibatch_epoch(model, optimiser, loss, features, images, config.batch_size, generator)
         if store is not None and ((epoch + 1) % config.checkpoint_every == 0 or epoch + 1 == config.epochs):
             store.save(
                 {
