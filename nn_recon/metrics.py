@@ -1,12 +1,17 @@
 """How close reconstructions are to training images: NCC matching, SSIM, PSNR, MSE, LPIPS, success counts.
 
+Every attack is scored here: the stationarity attack by matching (:func:`match`, the public baseline),
+the informed adversary by :func:`score_informed` (the RecoNN) and :func:`max_relative_error` (the GLM),
+model inversion by :class:`Evaluator`.
+
 Images are numpy arrays (n, C, H, W) in [0, 1]. SSIM and PSNR are scikit-image's (data range 1);
 LPIPS comes from ``nn_recon.lpips`` (the real v0.1 weights), imported only when asked for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,17 +211,21 @@ def public_baseline(
     return best
 
 
-def _nearest_by_l2(targets: np.ndarray, pool: np.ndarray, k: int, block: int = 256) -> np.ndarray:
-    """The indices of the ``k`` images in ``pool`` nearest to each target by L2: (n, k)."""
-    pool_flat = pool.reshape(len(pool), -1)
+def _squared_l2(targets: np.ndarray, pool: np.ndarray, block: int) -> Iterator[np.ndarray]:
+    """Squared L2 distances in float64 of ``block`` targets at a time to every image in ``pool``:
+    (≤ block, len(pool)) arrays in the targets' order; rounding can take one a little below 0."""
+    pool_flat = np.asarray(pool, np.float64).reshape(len(pool), -1)
     pool_sq = np.square(pool_flat).sum(1)
-    flat = targets.reshape(len(targets), -1)
-    indices = []
+    flat = np.asarray(targets, np.float64).reshape(len(targets), -1)
     for start in range(0, len(flat), block):
         part = flat[start : start + block]
-        squared = np.square(part).sum(1, keepdims=True) + pool_sq - 2 * part @ pool_flat.T
-        indices.append(np.argsort(squared, axis=1, kind="stable")[:, :k])
-    return np.concatenate(indices)
+        yield np.square(part).sum(1, keepdims=True) + pool_sq - 2 * part @ pool_flat.T
+
+
+def _nearest_by_l2(targets: np.ndarray, pool: np.ndarray, k: int, block: int = 256) -> np.ndarray:
+    """The indices of the ``k`` images in ``pool`` nearest to each target by L2: (n, k)."""
+    squared = _squared_l2(targets, pool, block)
+    return np.concatenate([np.argsort(part, axis=1, kind="stable")[:, :k] for part in squared])
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,22 @@ class BaselineComparison:
         }
 
 
+# The GLM closed form's error against the true target.
+
+
+def max_relative_error(candidates: np.ndarray, true_features: Any) -> float:
+    """The GLM closed form's error: the closest of the (m, d) ``candidates``' largest feature error
+    over the true target's largest feature, max_j |x̂_j − x_j| / max_j |x_j| (scale-free, and finite
+    where some true features are 0)."""
+    true = np.asarray(true_features, dtype=float).reshape(-1)
+    if true.shape != candidates.shape[1:]:
+        raise ReconError(
+            f"the true target has {true.size} features but the reconstruction {candidates.shape[1]}"
+        )
+    error = np.abs(candidates - true).max(axis=1).min()
+    return float(error / max(np.abs(true).max(), np.finfo(float).tiny))
+
+
 # Informed-adversary metrics: the nearest-neighbour oracle, its success rate, and KL under a classifier.
 
 
@@ -259,15 +284,12 @@ def nearest_neighbours(
     With ``pool`` everything the informed adversary already holds (D⁻ and the shadow targets),
     this is the nearest-neighbour oracle a reconstruction must beat.
     """
-    pool_flat = np.asarray(pool, np.float64).reshape(len(pool), -1)
-    pool_sq = np.square(pool_flat).sum(1)
-    flat = np.asarray(targets, np.float64).reshape(len(targets), -1)
+    pixels = math.prod(np.shape(pool)[1:])
     distances, indices = [], []
-    for start in range(0, len(flat), block):
-        part = flat[start : start + block]
-        squared = np.maximum(np.square(part).sum(1, keepdims=True) + pool_sq - 2 * part @ pool_flat.T, 0)
+    for part in _squared_l2(targets, pool, block):
+        squared = np.maximum(part, 0)
         indices.append(squared.argmin(1))
-        distances.append(squared[np.arange(len(part)), indices[-1]] / pool_flat.shape[1])
+        distances.append(squared[np.arange(len(part)), indices[-1]] / pixels)
     return np.concatenate(distances), np.concatenate(indices)
 
 
@@ -349,8 +371,7 @@ def knn_distance(
         rows, pool = labels == label, reference[reference_labels == label]
         if not len(pool):
             raise ReconError(f"no reference features of label {label}")
-        points = features[rows]
-        squared = np.square(points).sum(1, keepdims=True) + np.square(pool).sum(1) - 2 * points @ pool.T
+        (squared,) = _squared_l2(features[rows], pool, block=int(rows.sum()))  # one block: all the rows
         distances[rows] = np.maximum(squared.min(1), 0)
     return distances
 

@@ -50,6 +50,7 @@ from nn_recon.metrics import (
     MatchConfig,
     MatchResult,
     match,
+    max_relative_error,
     public_baseline,
     score_informed,
 )
@@ -372,7 +373,7 @@ def attack_glm(
     result = reconstruct_target(glm, x, y, label=target_label, config=config)
     error, scored = None, {}
     if true_x is not None:
-        error = result.max_relative_error(true_x)
+        error = max_relative_error(result.features, true_x)
         scored["truth"] = {
             "features": true_x.reshape(-1),
             "label": true_y.reshape(-1)[0],

@@ -72,19 +72,6 @@ class GLMReconstruction:
     labels: np.ndarray
     gradient_norm: float
 
-    def max_relative_error(self, true_features: Any) -> float:
-        """The closest candidate's largest feature error over the true target's largest feature.
-
-        max_j |x̂_j − x_j| / max_j |x_j|: scale-free, and finite where some true features are 0.
-        """
-        true = np.asarray(true_features, dtype=float).reshape(-1)
-        if true.shape != self.features.shape[1:]:
-            raise ReconError(
-                f"the true target has {true.size} features but the reconstruction {self.features.shape[1]}"
-            )
-        error = np.abs(self.features - true).max(axis=1).min()
-        return float(error / max(np.abs(true).max(), np.finfo(float).tiny))
-
     def to_measure(self, **meta: Any) -> WeightedMeasure:
         """One point of total weight 1 per target, split evenly over equally consistent candidates."""
         m = len(self.features)
