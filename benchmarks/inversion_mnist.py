@@ -30,6 +30,7 @@ from nn_recon.gan import GanConfig
 from nn_recon.inversion_setting import SettingConfig
 from nn_recon.metrics import Evaluator
 from nn_recon.pipeline import (
+    RepeatConfig,
     accuracies_on_test_split,
     attack_inversion,
     prepare_gan,
@@ -106,7 +107,7 @@ def bar_checks(rows: list[dict]) -> tuple[dict[str, bool], dict[str, tuple[float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=RepeatConfig.seeds)
     parser.add_argument("--restarts", type=int, default=RESTARTS, help="latents per class")
     parser.add_argument("--steps", type=int, default=InversionConfig.steps, help="attack steps")
     parser.add_argument("--gan-steps", type=int, default=GanConfig.steps)
@@ -121,7 +122,9 @@ def main() -> None:
         parser.error("--seeds, --restarts, --steps, --gan-steps, --epochs and --threads must be >= 1")
     args.methods, args.losses = list(dict.fromkeys(args.methods)), list(dict.fromkeys(args.losses))
     torch.set_num_threads(args.threads)
-    reduced = args.seeds < 5 or args.steps < InversionConfig.steps or args.restarts < RESTARTS
+    reduced = (
+        args.seeds < RepeatConfig.seeds or args.steps < InversionConfig.steps or args.restarts < RESTARTS
+    )
     partial = set(args.methods) != set(METHODS) or set(args.losses) != set(LOSSES)
     setting_config = SettingConfig(epochs=args.epochs)
 
@@ -138,7 +141,7 @@ def main() -> None:
     for method in args.methods:
         for loss in args.losses:
             config = InversionConfig(method=method, loss=loss, restarts=args.restarts, steps=args.steps)
-            report = attack_inversion(config, gans[method], setting, args.seeds, evaluator)
+            report = attack_inversion(config, gans[method], setting, RepeatConfig(args.seeds), evaluator)
             save_inversion(report, Path(args.workdir) / "attacks" / f"{method}-{loss}")
             summary = report.summary() | {"seconds": report.seconds, "per_seed": report.metrics}
             rows.append({"method": method, "loss": loss, **summary})

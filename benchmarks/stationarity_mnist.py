@@ -30,7 +30,7 @@ from nn_recon.attacks.stationarity import (
     stationary_points,
 )
 from nn_recon.data import make_task
-from nn_recon.metrics import match
+from nn_recon.metrics import MatchConfig, match
 from nn_recon.models import Architecture, SurrogateReLU, build_network, margins
 from nn_recon.pipeline import attack_stationarity
 from nn_recon.report import save_match_grid
@@ -94,7 +94,7 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
     recon = result.measure.points["image"]
     labels = {"recon_labels": result.measure.points["label"], "train_labels": model.train_labels}
     matched = match(recon, model.train_images, **labels)
-    stretched = match(recon, model.train_images, **labels, stretch=True)
+    stretched = match(recon, model.train_images, **labels, config=MatchConfig(stretch=True))
     grid = save_match_grid(matched, recon, model.train_images, work / "match.png")
     classes = np.unique(model.train_labels)
     class_means = np.stack([model.train_images[model.train_labels == c].mean(0) for c in classes])

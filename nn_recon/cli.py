@@ -14,15 +14,10 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from recon_core import command
 from recon_core.command import Subcommand, add_config_options, config_from
 from recon_core.errors import ReconError, require_at_least
-
-if TYPE_CHECKING:
-    pass
-
 
 DATA_ROOT_HELP = "folder with IDX / CIFAR-10 files (default: none; MNIST and digits need none)"
 
@@ -216,7 +211,11 @@ def _stationarity(args: argparse.Namespace) -> int:
     return 0
 
 
+MATCH_OPTIONS = {"downsample": "match by NCC on images downsampled by this factor"}
+
+
 def _match_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.metrics import MatchConfig
     from nn_recon.pipeline import MATCH_GRID, MATCH_SCORES
 
     p.add_argument("--recon", required=True, help="the --out folder of a attack, or a saved measure (.npz)")
@@ -233,20 +232,18 @@ def _match_arguments(p: argparse.ArgumentParser) -> None:
         "reports how many training images the reconstruction gets closer (SSIM) than the best of the "
         "public class means and nearest public images (default: no baseline)",
     )
-    p.add_argument(
-        "--downsample", type=int, default=1, help="match by NCC on images downsampled by this factor"
-    )
+    add_config_options(p, MatchConfig, MATCH_OPTIONS)
     p.add_argument("--grid", help=f"PNG of the best pairs to write (default: <recon>/{MATCH_GRID})")
     p.add_argument("--json", help=f"the counts and per-image scores (default: <recon>/{MATCH_SCORES})")
 
 
 def _match(args: argparse.Namespace) -> int:
+    from nn_recon.metrics import MatchConfig
     from nn_recon.pipeline import match_reconstruction
     from nn_recon.report import success_table
 
-    report = match_reconstruction(
-        args.recon, args.train_data, args.public, args.downsample, args.grid, args.json
-    )
+    config = config_from(args, MatchConfig)
+    report = match_reconstruction(args.recon, args.train_data, args.public, config, args.grid, args.json)
     _say(success_table(report.result))
     if report.comparison is not None:
         margin = report.comparison.mean_margin()
@@ -259,7 +256,11 @@ def _match(args: argparse.Namespace) -> int:
     return 0
 
 
+GLM_OPTIONS = {"tol": "largest relative gradient norm accepted as optimal"}
+
+
 def _glm_arguments(p: argparse.ArgumentParser) -> None:
+    from nn_recon.attacks.informed import GLMAttackConfig
     from nn_recon.pipeline import RECONSTRUCTION
 
     p.add_argument(
@@ -280,9 +281,7 @@ def _glm_arguments(p: argparse.ArgumentParser) -> None:
         "--label",
         help="the target's label, if known (default: solved for; required for models without intercept)",
     )
-    p.add_argument(
-        "--tol", type=float, default=1e-6, help="largest relative gradient norm accepted as optimal"
-    )
+    add_config_options(p, GLMAttackConfig, GLM_OPTIONS)
     p.add_argument(
         "--truth",
         help="the true target, to score the reconstruction against (default: none): "
@@ -297,10 +296,12 @@ def _glm_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _glm(args: argparse.Namespace) -> int:
+    from nn_recon.attacks.informed import GLMAttackConfig
     from nn_recon.pipeline import attack_glm
 
+    config = config_from(args, GLMAttackConfig)
     report = attack_glm(
-        args.model, args.known, args.label, args.tol, args.truth, args.out, trust_pickle=args.trust_pickle
+        args.model, args.known, args.label, config, args.truth, args.out, trust_pickle=args.trust_pickle
     )
     for features, target_label in zip(report.result.features, report.result.labels, strict=True):
         _say(f"target features: {' '.join(f'{v:.10g}' for v in features)}")
@@ -495,12 +496,12 @@ INVERSION_OPTIONS = {
 
 def _invert_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
-    from nn_recon.pipeline import classifier_path, gan_path
+    from nn_recon.pipeline import RepeatConfig, classifier_path, gan_path
 
     add_config_options(p, InversionConfig, INVERSION_OPTIONS, choices={"method": METHODS, "loss": LOSSES})
     p.add_argument("--target", help=f"model to attack (default: {classifier_path('<workdir>', 'target')})")
     p.add_argument("--gan", help=f"GAN prior (default: {gan_path('<workdir>', '<method>')})")
-    p.add_argument("--seeds", type=int, default=5, help="attack repeats (seed, seed + 1, ...)")
+    add_config_options(p, RepeatConfig, {"seeds": "attack repeats (seed, seed + 1, ...)"})
     p.add_argument("--out", required=True, help="folder for the per-class measures, grid and summary")
     _add_setting_arguments(p)
 
@@ -508,17 +509,17 @@ def _invert_arguments(p: argparse.ArgumentParser) -> None:
 def _invert(args: argparse.Namespace) -> int:
     from nn_recon.attacks.inversion import InversionConfig
     from nn_recon.gan import load_gan
-    from nn_recon.pipeline import attack_inversion, gan_path, save_inversion
+    from nn_recon.pipeline import RepeatConfig, attack_inversion, gan_path, save_inversion
     from nn_recon.train import load_model, resolve_device
 
-    require_at_least(1, seeds=args.seeds)
+    repeats = config_from(args, RepeatConfig)
     config = config_from(args, InversionConfig)
     _, setting = _setting(args, train=False)
     device = resolve_device(args.device)
     if args.target:
         setting.target = load_model(args.target, device=str(device))
     gan = load_gan(args.gan or gan_path(args.workdir, config.method), device)
-    report = attack_inversion(config, gan, setting, args.seeds)
+    report = attack_inversion(config, gan, setting, repeats)
     for seed, metrics in enumerate(report.metrics, start=config.seed):
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
     s = report.summary()

@@ -19,9 +19,8 @@ from torch.nn import functional as F
 from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
 from nn_recon.data import TaskData, balanced_subset, check_images, load_mnist
 from nn_recon.models import Architecture, build_network
-from nn_recon.train import TrainedModel
+from nn_recon.train import TrainedModel, minibatch_epoch
 from recon_core.errors import ReconError
-from recon_core.progress import progress
 
 MODEL_NAMES = ("target", "evaluation", "augmented-0", "augmented-1", "evaluation-all-digits")
 
@@ -102,12 +101,8 @@ def fit_classifier(
     x, y = torch.as_tensor(images - mean, device=device), torch.as_tensor(targets, device=device)
     started, loss = time.perf_counter() - seconds, torch.tensor(float("nan"))
     for epoch in range(start, config.epochs):
-        order = torch.randperm(len(x), generator=rng).to(device).split(config.batch_size)
-        for batch in progress(order, len(order), f"{architecture.spec} epoch {epoch + 1}"):
-            loss = F.cross_entropy(network(x[batch]), y[batch])
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
+        desc = f"{architecture.spec} epoch {epoch + 1}"
+        loss = minibatch_epoch(network, optimiser, F.cross_entropy, x, y, config.batch_size, rng, desc)
         save_atomically(checkpoint, {
             "config": asdict(config), "network": network.state_dict(), "optimiser": optimiser.state_dict(),
             "rng": rng.get_state(), "epoch": epoch + 1, "seconds": time.perf_counter() - started,

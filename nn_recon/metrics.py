@@ -1,5 +1,9 @@
 """How close reconstructions are to training images: NCC matching, SSIM, PSNR, MSE, LPIPS, success counts.
 
+Every attack is scored here: the stationarity attack by matching (:func:`match`, the public baseline),
+the informed adversary by :func:`score_informed` (the RecoNN) and :func:`max_relative_error` (the GLM),
+model inversion by :class:`Evaluator`.
+
 Images are numpy arrays (n, C, H, W) in [0, 1]. SSIM and PSNR are scikit-image's (data range 1);
 LPIPS comes from ``nn_recon.lpips`` (the real v0.1 weights), imported only when asked for.
 """
@@ -7,18 +11,16 @@ LPIPS comes from ``nn_recon.lpips`` (the real v0.1 weights), imported only when 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from nn_recon.inversion_setting import Setting, in_batches, soft_labels
 from nn_recon.models import penultimate
 from nn_recon.ncc import pairwise_ncc
-from nn_recon.shadows import ClassifierMLP
 from recon_core.errors import ReconError, require_at_least
 from recon_core.measure import WeightedMeasure
 
@@ -119,23 +121,36 @@ class MatchResult:
         return np.argsort(-self.ssim, kind="stable")
 
 
+@dataclass(frozen=True)
+class MatchConfig:
+    """How :func:`match` pairs reconstructions with training images.
+
+    NCC on the images downsampled by ``downsample`` shortlists the ``candidates`` nearest
+    reconstructions, and the best SSIM among them is kept. With ``stretch`` each reconstruction is
+    min-max rescaled to [0, 1] before SSIM (the papers' figures do this: the attack recovers shape
+    better than contrast); the default scores them as they are.
+    """
+
+    downsample: int = 1
+    candidates: int = 5
+    stretch: bool = False
+
+    def __post_init__(self) -> None:
+        require_at_least(1, downsample=self.downsample, candidates=self.candidates)
+
+
 def match(
     reconstructions: np.ndarray,
     train_images: np.ndarray,
-    downsample: int = 1,
     recon_labels: np.ndarray | None = None,
     train_labels: np.ndarray | None = None,
-    candidates: int = 5,
-    stretch: bool = False,
+    config: MatchConfig = MatchConfig(),
 ) -> MatchResult:
     """Match every training image to a reconstruction and score the pair with SSIM and PSNR.
 
-    The ``candidates`` reconstructions nearest by NCC (only those of the same class when labels
-    are given) are scored and the best SSIM is kept, so that NCC only has to shortlist. With
-    ``stretch`` each reconstruction is min-max rescaled to [0, 1] before SSIM (the papers' figures
-    do this: the attack recovers shape better than contrast); the default scores them as they are.
+    The reconstructions NCC shortlists (only those of the same class when labels are given) are
+    scored and the best SSIM is kept, so that NCC only has to shortlist (see :class:`MatchConfig`).
     """
-    require_at_least(1, downsample=downsample, candidates=candidates)
     if len(reconstructions) == 0:
         raise ReconError("there are no reconstructions to match")
     if reconstructions.shape[1:] != train_images.shape[1:]:
@@ -143,12 +158,12 @@ def match(
             f"reconstructions {reconstructions.shape[1:]} and training images {train_images.shape[1:]} "
             "differ in shape; match a reconstruction against the model it was made from"
         )
-    if stretch:
+    if config.stretch:
         reconstructions = stretch_contrast(reconstructions)
-    similarity = pairwise_ncc(train_images, reconstructions, downsample)
+    similarity = pairwise_ncc(train_images, reconstructions, config.downsample)
     if recon_labels is not None and train_labels is not None:
         similarity = np.where(train_labels[:, None] == recon_labels[None, :], similarity, -np.inf)
-    k = min(candidates, similarity.shape[1])
+    k = min(config.candidates, similarity.shape[1])
     shortlist = np.argsort(-similarity, axis=1, kind="stable")[:, :k]
     train_rows = np.repeat(np.arange(len(train_images)), k)
     scores = ssim(train_images[train_rows], reconstructions[shortlist.reshape(-1)]).reshape(-1, k)
@@ -196,17 +211,21 @@ def public_baseline(
     return best
 
 
-def _nearest_by_l2(targets: np.ndarray, pool: np.ndarray, k: int, block: int = 256) -> np.ndarray:
-    """The indices of the ``k`` images in ``pool`` nearest to each target by L2: (n, k)."""
-    pool_flat = pool.reshape(len(pool), -1)
+def _squared_l2(targets: np.ndarray, pool: np.ndarray, block: int) -> Iterator[np.ndarray]:
+    """Squared L2 distances in float64 of ``block`` targets at a time to every image in ``pool``:
+    (≤ block, len(pool)) arrays in the targets' order; rounding can take one a little below 0."""
+    pool_flat = np.asarray(pool, np.float64).reshape(len(pool), -1)
     pool_sq = np.square(pool_flat).sum(1)
-    flat = targets.reshape(len(targets), -1)
-    indices = []
+    flat = np.asarray(targets, np.float64).reshape(len(targets), -1)
     for start in range(0, len(flat), block):
         part = flat[start : start + block]
-        squared = np.square(part).sum(1, keepdims=True) + pool_sq - 2 * part @ pool_flat.T
-        indices.append(np.argsort(squared, axis=1, kind="stable")[:, :k])
-    return np.concatenate(indices)
+        yield np.square(part).sum(1, keepdims=True) + pool_sq - 2 * part @ pool_flat.T
+
+
+def _nearest_by_l2(targets: np.ndarray, pool: np.ndarray, k: int, block: int = 256) -> np.ndarray:
+    """The indices of the ``k`` images in ``pool`` nearest to each target by L2: (n, k)."""
+    squared = _squared_l2(targets, pool, block)
+    return np.concatenate([np.argsort(part, axis=1, kind="stable")[:, :k] for part in squared])
 
 
 @dataclass(frozen=True)
@@ -238,6 +257,22 @@ class BaselineComparison:
         }
 
 
+# The GLM closed form's error against the true target.
+
+
+def max_relative_error(candidates: np.ndarray, true_features: Any) -> float:
+    """The GLM closed form's error: the closest of the (m, d) ``candidates``' largest feature error
+    over the true target's largest feature, max_j |x̂_j − x_j| / max_j |x_j| (scale-free, and finite
+    where some true features are 0)."""
+    true = np.asarray(true_features, dtype=float).reshape(-1)
+    if true.shape != candidates.shape[1:]:
+        raise ReconError(
+            f"the true target has {true.size} features but the reconstruction {candidates.shape[1]}"
+        )
+    error = np.abs(candidates - true).max(axis=1).min()
+    return float(error / max(np.abs(true).max(), np.finfo(float).tiny))
+
+
 # Informed-adversary metrics: the nearest-neighbour oracle, its success rate, and KL under a classifier.
 
 
@@ -249,15 +284,12 @@ def nearest_neighbours(
     With ``pool`` everything the informed adversary already holds (D⁻ and the shadow targets),
     this is the nearest-neighbour oracle a reconstruction must beat.
     """
-    pool_flat = np.asarray(pool, np.float64).reshape(len(pool), -1)
-    pool_sq = np.square(pool_flat).sum(1)
-    flat = np.asarray(targets, np.float64).reshape(len(targets), -1)
+    pixels = math.prod(np.shape(pool)[1:])
     distances, indices = [], []
-    for start in range(0, len(flat), block):
-        part = flat[start : start + block]
-        squared = np.maximum(np.square(part).sum(1, keepdims=True) + pool_sq - 2 * part @ pool_flat.T, 0)
+    for part in _squared_l2(targets, pool, block):
+        squared = np.maximum(part, 0)
         indices.append(squared.argmin(1))
-        distances.append(squared[np.arange(len(part)), indices[-1]] / pool_flat.shape[1])
+        distances.append(squared[np.arange(len(part)), indices[-1]] / pixels)
     return np.concatenate(distances), np.concatenate(indices)
 
 
@@ -320,28 +352,6 @@ def score_informed(
     )
 
 
-def train_evaluation_classifier(
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    epochs: int = 3,
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-):
-    """The KL metric's separately trained classifier: a 784-256-10 ReLU MLP, Adam on mini-batches,
-    on ``device`` (batches drawn on the CPU)."""
-    torch.manual_seed(seed)
-    classifier = ClassifierMLP((math.prod(images.shape[1:]), 256, int(labels.max()) + 1), "relu").to(device)
-    optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(seed)
-    images, labels = images.to(device), labels.to(device)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(images), generator=generator).to(device).split(128):
-            optimiser.zero_grad()
-            F.cross_entropy(classifier(images[batch]), labels[batch]).backward()
-            optimiser.step()
-    return classifier.eval()
-
-
 # Model-inversion metrics: the evaluation model's accuracy on inverted images and the KNN distance.
 
 
@@ -361,8 +371,7 @@ def knn_distance(
         rows, pool = labels == label, reference[reference_labels == label]
         if not len(pool):
             raise ReconError(f"no reference features of label {label}")
-        points = features[rows]
-        squared = np.square(points).sum(1, keepdims=True) + np.square(pool).sum(1) - 2 * points @ pool.T
+        (squared,) = _squared_l2(features[rows], pool, block=int(rows.sum()))  # one block: all the rows
         distances[rows] = np.maximum(squared.min(1), 0)
     return distances
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nn_recon.attacks.informed import GLMReconstruction, load_glm, reconstruct_target
+from nn_recon.attacks.informed import GLMAttackConfig, GLMReconstruction, reconstruct_target
 from nn_recon.attacks.inversion import InversionConfig, invert
 from nn_recon.attacks.reconn_attack import InformedAttackConfig, reconstruct_released
 from nn_recon.attacks.stationarity import (
@@ -30,9 +30,10 @@ from nn_recon.attacks.stationarity import (
     as_target,
     stationary_points,
 )
-from nn_recon.checkpoint import load_torch_file, save_atomically
+from nn_recon.checkpoint import CheckpointFile, load_torch_file, save_atomically
 from nn_recon.data import check_images, load_dataset, load_mnist, make_task
 from nn_recon.gan import Gan, GanConfig, load_gan, sample_images, save_gan, train_gan
+from nn_recon.glm import load_glm
 from nn_recon.inversion_setting import (
     MODEL_NAMES,
     Setting,
@@ -46,18 +47,27 @@ from nn_recon.metrics import (
     BaselineComparison,
     Evaluator,
     InformedScores,
+    MatchConfig,
     MatchResult,
     match,
+    max_relative_error,
     public_baseline,
     score_informed,
-    train_evaluation_classifier,
 )
 from nn_recon.models import Architecture
 from nn_recon.report import save_class_grid, save_informed_grid, save_match_grid
 from nn_recon.shadows import Farm, build_farm, farm_accuracy
-from nn_recon.train import TrainConfig, TrainedModel, accuracy, load_model, save_model, train_target
+from nn_recon.train import (
+    TrainConfig,
+    TrainedModel,
+    accuracy,
+    load_model,
+    save_model,
+    train_evaluation_classifier,
+    train_target,
+)
 from nn_recon.user_model import file_digest, load_exported, load_user_network
-from recon_core.errors import ReconError
+from recon_core.errors import ReconError, require_at_least
 from recon_core.measure import WeightedMeasure
 
 # The files of an attack's folder. A saved measure is two files, <name>.npz and <name>.json.
@@ -285,17 +295,18 @@ def match_reconstruction(
     recon: str | Path,
     train_data: str,
     public: str | None = None,
-    downsample: int = 1,
+    config: MatchConfig | None = None,
     grid: str | Path | None = None,
     scores: str | Path | None = None,
 ) -> MatchReport:
-    """Score a saved reconstruction against the training set (and, with ``public``, against the
-    public baseline); write the grid of the best pairs and the scores, by default beside it."""
+    """Score a saved reconstruction against the training set (matched as ``config`` says; and, with
+    ``public``, against the public baseline); write the grid of the best pairs and the scores, by
+    default beside it."""
     measure = load_reconstruction(recon)
-    train_images, train_labels, config = training_set(train_data)
-    public_images = public_set(public, config) if public else None
+    train_images, train_labels, model_config = training_set(train_data)
+    public_images = public_set(public, model_config) if public else None
     images = measure.points["image"]
-    result = match(images, train_images, downsample, measure.points.get("label"), train_labels)
+    result = match(images, train_images, measure.points.get("label"), train_labels, config or MatchConfig())
     saved = {"model": str(train_data), **result.to_json()}
     comparison = None
     if public_images is not None:
@@ -342,13 +353,14 @@ def attack_glm(
     model: str,
     known: str,
     label: str | None = None,
-    tol: float = 1e-6,
+    config: GLMAttackConfig | None = None,
     truth: str | None = None,
     out: str | None = None,
     trust_pickle: bool = False,
 ) -> GLMReport:
     """The missing training point of a saved GLM, from the ``known`` others; scored against ``truth``
     when given, saved as ``out/reconstruction.npz`` when asked."""
+    config = config or GLMAttackConfig()
     glm = load_glm(model, trust_pickle=trust_pickle)
     x, y = load_points(Path(known))
     true_x, true_y = load_points(Path(truth)) if truth else (None, None)
@@ -358,10 +370,10 @@ def attack_glm(
             target_label = y.dtype.type(label)  # the label in the type of D⁻'s labels
         except ValueError:
             raise ReconError(f"--label {label!r} is not of the type of D⁻'s labels ({y.dtype})") from None
-    result = reconstruct_target(glm, x, y, label=target_label, tol=tol)
+    result = reconstruct_target(glm, x, y, label=target_label, config=config)
     error, scored = None, {}
     if true_x is not None:
-        error = result.max_relative_error(true_x)
+        error = max_relative_error(result.features, true_x)
         scored["truth"] = {
             "features": true_x.reshape(-1),
             "label": true_y.reshape(-1)[0],
@@ -376,7 +388,7 @@ def attack_glm(
             "d": glm.n_features,
             "n": len(x),
             "label_given": label is not None,
-            "tol": tol,
+            "tol": config.tol,
         }
         measure = result.to_measure(model=str(model), known=str(known), settings=settings, **scored)
         saved = measure.save(Path(out) / RECONSTRUCTION)
@@ -472,8 +484,8 @@ def attack_informed(
 
     start = time.perf_counter()
     probes = train_x[-config.probes :]  # fixed inputs the adversary queries, outside D⁻ and shadows
-    checkpoint = out / f"reconn_{config.representation}_{len(shadow_x)}.pt"
-    measure = reconstruct_released(config, shadows, released, probes, checkpoint, device)
+    store = CheckpointFile(out / f"reconn_{config.representation}_{len(shadow_x)}.pt", "a RecoNN checkpoint")
+    measure = reconstruct_released(config, shadows, released, probes, store, device)
     reconstructions = measure.points["image"]
     timings["reconn_s"] = time.perf_counter() - start
 
@@ -612,6 +624,16 @@ def save_gan_samples(gan: Gan, workdir: str | Path) -> Path:
 
 
 @dataclass(frozen=True)
+class RepeatConfig:
+    """How often :func:`attack_inversion` repeats the attack: ``seeds`` seeds from the config's own."""
+
+    seeds: int = 5
+
+    def __post_init__(self) -> None:
+        require_at_least(1, seeds=self.seeds)
+
+
+@dataclass(frozen=True)
 class AttackReport:
     """One attack repeated over seeds: each seed's metrics and per-class measures, and the wall time."""
 
@@ -628,13 +650,17 @@ class AttackReport:
 
 
 def attack_inversion(
-    config: InversionConfig, gan: Gan, setting: Setting, seeds: int = 5, evaluator: Evaluator | None = None
+    config: InversionConfig,
+    gan: Gan,
+    setting: Setting,
+    repeats: RepeatConfig = RepeatConfig(),
+    evaluator: Evaluator | None = None,
 ) -> AttackReport:
-    """:func:`~nn_recon.attacks.inversion.invert` with seeds ``config.seed`` .. ``config.seed + seeds - 1``,
-    each scored."""
+    """:func:`~nn_recon.attacks.inversion.invert` with seeds ``config.seed`` ..
+    ``config.seed + repeats.seeds - 1``, each scored."""
     evaluator = evaluator or Evaluator(setting)
     started, metrics, measures = time.perf_counter(), [], []
-    for seed in range(config.seed, config.seed + seeds):
+    for seed in range(config.seed, config.seed + repeats.seeds):
         measures.append(invert(replace(config, seed=seed), gan, setting))
         metrics.append(evaluator(measures[-1]))
     return AttackReport(config, metrics, measures, time.perf_counter() - started)

@@ -4,7 +4,8 @@ Trained on the shadow farm's pairs (representation of θ_k, z_k) and applied to 
 model. The representation is the flattened parameters (white box) or the logits on fixed probe
 inputs (black box, :func:`nn_recon.shadows.logits_on_probes`); either way it is standardised per
 coordinate with the shadow set's statistics, then an MLP decodes it to an image in [0, 1].
-The loss is MSE + MAE, plus LPIPS if asked. Training checkpoints every few epochs and resumes.
+The loss is MSE + MAE, plus LPIPS if asked. Training keeps its state in a store every few epochs and
+resumes from it.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
+from nn_recon.checkpoint import StateStore, load_weights
+from nn_recon.train import minibatch_epoch
 from recon_core.errors import ReconError
 from recon_core.progress import progress
 
@@ -96,13 +98,13 @@ def train_reconstructor(
     config: ReconnConfig,
     features: torch.Tensor,
     images: torch.Tensor,
-    checkpoint: str | Path | None = None,
+    store: StateStore | None = None,
     device: torch.device | str = "cpu",
 ) -> Reconstructor:
     """Fit a RecoNN on (K, F) representations and their (K, C, H, W) target images, on ``device``.
 
-    With ``checkpoint``, the state is saved there every ``checkpoint_every`` epochs and at the end,
-    and a run with the same config and data resumes from it. Batches are drawn on the CPU.
+    With a ``store``, the state is saved there every ``checkpoint_every`` epochs and at the end, and
+    a run with the same config and data resumes from it. Batches are drawn on the CPU.
     """
     if features.ndim != 2 or len(features) != len(images) or len(features) < 2:
         raise ReconError(
@@ -116,26 +118,21 @@ def train_reconstructor(
     meta = _checkpoint_meta(config, features, images)
     model, features, images = model.to(device), features.to(device), images.to(device)
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    path = Path(checkpoint) if checkpoint is not None else None
     first_epoch = 0
-    if path is not None and path.exists():
-        state = load_torch_file(path, "a RecoNN checkpoint", "delete it to start over", device)
+    state = store.load(device) if store is not None else None
+    if state is not None:
         if json.loads(state["meta"]) != json.loads(json.dumps(meta)):
-            raise ReconError(f"{path} is a checkpoint of another RecoNN run; use a new path or delete it")
-        load_weights(model, state["model"], path)
+            raise ReconError(f"{store} is a checkpoint of another RecoNN run; use a new path or delete it")
+        load_weights(model, state["model"], str(store))
         optimiser.load_state_dict(state["optimiser"])
         generator.set_state(state["generator"].cpu())
         first_epoch = state["epoch"]
 
+    loss = partial(reconstruction_loss, config)
     for epoch in progress(range(first_epoch, config.epochs), config.epochs - first_epoch, "RecoNN epochs"):
-        for batch in torch.randperm(len(features), generator=generator).to(device).split(config.batch_size):
-            optimiser.zero_grad()
-            loss = reconstruction_loss(config, model(features[batch]), images[batch])
-            loss.backward()
-            optimiser.step()
-        if path is not None and ((epoch + 1) % config.checkpoint_every == 0 or epoch + 1 == config.epochs):
-            save_atomically(
-                path,
+        minibatch_epoch(model, optimiser, loss, features, images, config.batch_size, generator)
+        if store is not None and ((epoch + 1) % config.checkpoint_every == 0 or epoch + 1 == config.epochs):
+            store.save(
                 {
                     "meta": json.dumps(meta),
                     "model": model.state_dict(),

@@ -3,6 +3,9 @@
 A saved model is a plain dict of tensors and primitives (``torch.load(weights_only=True)`` reads it):
 architecture, parameters, the per-pixel data mean, the task's classes, the training loss, and the
 training set itself so that ``match`` can score reconstructions against it (the attack never reads it).
+
+The mini-batch trainings (the inversion setting's classifiers, the KL metric's classifier, the RecoNN)
+run their epochs through :func:`minibatch_epoch`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from torch.nn import functional as F
 from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
 from nn_recon.data import DATASETS, TASKS, TaskData, make_task
 from nn_recon.models import Architecture, Network, build_network, margins, predict
+from nn_recon.shadows import ClassifierMLP
 from recon_core.errors import ReconError, require_at_least, require_positive
 from recon_core.progress import progress
 
@@ -122,6 +126,48 @@ def accuracy(model: TrainedModel, images: np.ndarray, labels: np.ndarray) -> flo
     with torch.no_grad():
         predicted = predict(model.network(x)).cpu().numpy()
     return float((predicted == labels).mean())
+
+
+def minibatch_epoch(
+    network: torch.nn.Module,
+    optimiser: torch.optim.Optimizer,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    generator: torch.Generator,
+    desc: str | None = None,
+) -> torch.Tensor:
+    """One epoch of ``optimiser`` steps on ``loss(network(x[batch]), y[batch])``, the batches in the
+    order ``generator`` draws them on the CPU (the same on any device); the last batch's loss. With
+    ``desc``, a progress bar over the batches."""
+    batches = torch.randperm(len(x), generator=generator).to(x.device).split(batch_size)
+    value = torch.tensor(float("nan"))
+    for batch in progress(batches, len(batches), desc) if desc else batches:
+        value = loss(network(x[batch]), y[batch])
+        optimiser.zero_grad(set_to_none=True)
+        value.backward()
+        optimiser.step()
+    return value.detach()
+
+
+def train_evaluation_classifier(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    epochs: int = 3,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> ClassifierMLP:
+    """The KL metric's separately trained classifier: a 784-256-10 ReLU MLP, Adam on mini-batches,
+    on ``device`` (batches drawn on the CPU)."""
+    torch.manual_seed(seed)
+    classifier = ClassifierMLP((math.prod(images.shape[1:]), 256, int(labels.max()) + 1), "relu").to(device)
+    optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(seed)
+    images, labels = images.to(device), labels.to(device)
+    for _ in range(epochs):
+        minibatch_epoch(classifier, optimiser, F.cross_entropy, images, labels, 128, generator)
+    return classifier.eval()
 
 
 def _objective(network: Network, x: torch.Tensor, y: torch.Tensor, weight_decay: float) -> torch.Tensor:

@@ -9,10 +9,10 @@ and scoring the reconstructions are :func:`nn_recon.pipeline.attack_informed`'s.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 
+from nn_recon.checkpoint import StateStore
 from nn_recon.reconn import ReconnConfig, decode_features, train_reconstructor
 from nn_recon.shadows import Farm, FarmConfig, logits_on_probes
 from recon_core.errors import ReconError
@@ -52,18 +52,19 @@ def reconstruct_released(
     shadows: Farm,
     released: Farm,
     probes: torch.Tensor,
-    checkpoint: Path | None = None,
+    store: StateStore | None = None,
     device: torch.device | str = "cpu",
 ) -> WeightedMeasure:
     """The released models' missing training points, by a RecoNN fitted on the shadow farm on
-    ``device`` (resumable from ``checkpoint``); ``probes`` are the black box's fixed inputs."""
+    ``device`` (its training kept in ``store``, and resumed from it); ``probes`` are the black box's
+    fixed inputs."""
     if config.representation == "weights":
         shadow_features, released_features = shadows.params, released.params
     else:
         shadow_features = logits_on_probes(shadows.params.to(device), config.farm, probes).cpu()
         released_features = logits_on_probes(released.params.to(device), config.farm, probes).cpu()
     reconstructor = train_reconstructor(
-        config.reconn, shadow_features, shadows.targets_x, checkpoint=checkpoint, device=device
+        config.reconn, shadow_features, shadows.targets_x, store=store, device=device
     )
     return WeightedMeasure.empirical(
         {"image": decode_features(reconstructor, released_features).numpy()},

@@ -6,11 +6,12 @@ from sklearn.linear_model import Lasso, LinearRegression, LogisticRegression, Ri
 from sklearn.svm import SVR
 
 from nn_recon.attacks.informed import (
-    GLM,
+    GLMAttackConfig,
     NotOptimalError,
     SingularTargetError,
     reconstruct_target,
 )
+from nn_recon.glm import GLM
 from recon_core.errors import ReconError
 
 
@@ -116,6 +117,6 @@ def test_unsupported_estimator_and_bad_shapes_are_clear_errors():
     with pytest.raises(ReconError, match="positive=True"):  # constrained: KKT, not a zero gradient
         reconstruct_target(LinearRegression(positive=True).fit(x, y), x[:-1], y[:-1])
     with pytest.raises(ReconError, match="tol must be > 0"):
-        reconstruct_target(LinearRegression().fit(x, y), x[:-1], y[:-1], tol=-1)
+        reconstruct_target(LinearRegression().fit(x, y), x[:-1], y[:-1], config=GLMAttackConfig(tol=-1))
     with pytest.raises(ReconError, match="match"):
         reconstruct_target(LinearRegression().fit(x, y), x[:-1, :3], y[:-1])

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from nn_recon.checkpoint import CheckpointFile
 from nn_recon.metrics import InformedScores, kl_divergence, nearest_neighbours
 from nn_recon.reconn import ReconnConfig, decode_features, train_reconstructor
 from recon_core.errors import ReconError
@@ -46,14 +47,15 @@ def test_reconstructor_resumes_from_its_checkpoint(tmp_path, monkeypatch):
 
         return progress
 
+    store = CheckpointFile(tmp_path / "r.pt", "a RecoNN checkpoint")
     monkeypatch.setattr("nn_recon.reconn.progress", recording(stop_at=3))
     with pytest.raises(KeyboardInterrupt):
-        train_reconstructor(config, features, images, tmp_path / "r.pt")
+        train_reconstructor(config, features, images, store)
     assert torch.load(tmp_path / "r.pt", weights_only=True)["epoch"] == 2
     monkeypatch.setattr("nn_recon.reconn.progress", recording(stop_at=None))
-    resumed = train_reconstructor(config, features, images, tmp_path / "r.pt")
+    resumed = train_reconstructor(config, features, images, store)
     assert epochs_run == [0, 1, 2, 2, 3]  # epoch 2 was lost to the interruption and is redone
     torch.testing.assert_close(decode_features(resumed, features), decode_features(straight, features))
     other = ReconnConfig(**{**config.__dict__, "lr": 0.01})
     with pytest.raises(ReconError, match="another RecoNN run"):
-        train_reconstructor(other, features, images, tmp_path / "r.pt")
+        train_reconstructor(other, features, images, store)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from nn_recon.data import load_digits
-from nn_recon.metrics import match, mse, psnr, ssim
+from nn_recon.metrics import MatchConfig, match, mse, psnr, ssim
 from nn_recon.ncc import pairwise_ncc
 from nn_recon.report import save_match_grid, success_table
 from recon_core.errors import ReconError
@@ -57,7 +57,7 @@ def test_match_rejects_mismatched_shapes_and_downsampling_below_1():
     with pytest.raises(ReconError, match="differ in shape"):
         match(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 28, 28)))
     with pytest.raises(ReconError, match="--downsample must be at least 1, got 0"):
-        match(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 8, 8)), downsample=0)
+        match(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 8, 8)), config=MatchConfig(downsample=0))
 
 
 def test_mean_psnr_is_over_the_successes_at_each_threshold():
