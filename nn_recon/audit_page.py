@@ -136,9 +136,7 @@ def _inversion(folder: Path) -> list[SavedAttack]:
     summary = saved["summary"]
     rows = [(name, summary[name], summary[f"{name}_sd"]) for name in saved["metrics"][0]]
     return [
-        SavedAttack(
-            "inversion", folder, settings, ("metric", "mean over seeds", "sd"), rows, folder / GRID
-        )
+        SavedAttack("inversion", folder, settings, ("metric", "mean over seeds", "sd"), rows, folder / GRID)
     ]
 
 
