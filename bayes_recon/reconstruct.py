@@ -303,7 +303,7 @@ def reconstruct(
         compiling = time.perf_counter()
         cpu = jax.default_backend() == "cpu"
         model_calls = (  # where the program calls into the user's model
-            (weighted.log_density, (theta[0], layout.example(2), jnp.ones(2))),
+            (weighted.log_density, (theta[0], layout.example(n_points), jnp.ones(n_points))),
             (begin.with_responses, (begin.params.cloud, bases[0])),
         )
         lowered = programs.lower(
