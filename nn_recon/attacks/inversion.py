@@ -67,19 +67,14 @@ def identity_loss(
     feature_weight: float,
 ) -> torch.Tensor:
     """Per image: CE or −logit_y, over the target alone or averaged with the augmented models (MA),
-    plus λ‖p − p_reg‖² (mean over the feature axis) of the target's features p for LOM and LOMMA."""
-
-    def centred(model: AttackTarget) -> torch.Tensor:
-        return images - torch.as_tensor(model.mean, device=images.device)
-
+    plus λ‖p − p_reg‖² (mean over the feature axis) of the target's features p for LOM and LOMMA. The
+    augmented models, distilled from the target, take its centred images."""
+    x = images - torch.as_tensor(target.mean, device=images.device)
     logit = loss in ("lom", "lomma")
-    if logit:
-        outputs, features = outputs_and_features(target.network, centred(target))
-    else:
-        outputs = target.network(centred(target))
+    outputs, features = outputs_and_features(target.network, x) if logit else (target.network(x), None)
     logits = [class_logits(outputs)]
     if loss in ("ma", "lomma"):
-        logits += [class_logits(model.network(centred(model))) for model in augmented]
+        logits += [class_logits(model.network(x)) for model in augmented]
     if not logit:
         return torch.stack([F.cross_entropy(z, labels, reduction="none") for z in logits]).mean(0)
     own = torch.stack([z.gather(1, labels[:, None])[:, 0] for z in logits]).mean(0)
