@@ -720,26 +720,6 @@ def _private_data(train_data: str, target: AttackTarget, classes: tuple[str, ...
     return TaskData(images, labels, classes)
 
 
-def _cached_classifier(
-    path: Path,
-    spec: str,
-    images: np.ndarray,
-    targets: np.ndarray,
-    mean: np.ndarray,
-    classes: tuple[str, ...],
-    config: SettingConfig,
-    seed: int,
-    device: torch.device,
-) -> AttackTarget:
-    """The classifier kept at ``path``, or one fit (resumably, from ``<path>.ckpt``) and kept there."""
-    if not path.exists():
-        architecture = Architecture.parse(spec, images.shape[1:], len(classes))
-        checkpoint = path.with_suffix(".ckpt")
-        model = fit_classifier(architecture, images, targets, mean, classes, config, seed, checkpoint, device)
-        save_model(model, path)
-    return as_target(load_model(path, device=str(device)))
-
-
 def prepare_user_setting(
     target: AttackTarget,
     public: str | Path,
@@ -767,8 +747,16 @@ def prepare_user_setting(
     def cached(
         name: str, spec: str, images: np.ndarray, targets: np.ndarray, mean: np.ndarray, seed: int
     ) -> AttackTarget:
+        """The classifier kept as ``<out>/<name>.pt``, or one fit (resumably, from its .ckpt) and kept."""
         path = out / f"{name}.pt"
-        return _cached_classifier(path, spec, images, targets, mean, classes, config, seed, device)
+        if not path.exists():
+            architecture = Architecture.parse(spec, images.shape[1:], len(classes))
+            checkpoint = path.with_suffix(".ckpt")
+            model = fit_classifier(
+                architecture, images, targets, mean, classes, config, seed, checkpoint, device
+            )
+            save_model(model, path)
+        return as_target(load_model(path, device=str(device)))
 
     distilled = soft_labels(target, images)  # seeds as the protocol's augmented models'
     augmented = [
