@@ -133,6 +133,8 @@ def _inversion(folder: Path) -> list[SavedAttack]:
     _require(folder, (SUMMARY, GRID), "pass the --out folder of nn-recon invert")
     saved = json.loads((folder / SUMMARY).read_text())
     settings = {**saved["config"], "seeds": len(saved["metrics"]), "seconds": saved["seconds"]}
+    if "evaluation" in saved:  # written since the user's own classifier can be attacked
+        settings["evaluation model"] = saved["evaluation"]["note"]
     summary = saved["summary"]
     rows = [(name, summary[name], summary[f"{name}_sd"]) for name in saved["metrics"][0]]
     return [
@@ -178,7 +180,9 @@ NOTES = {
     "inversion": "Top-1/top-5: the evaluation classifier's accuracy on the inverted images; knn: their "
     "feature distance to the nearest private image of their class; top1/top5_all_digits: the same accuracy "
     "under a classifier of all ten digits, which can call an image a public digit. Grid: the first seed, "
-    "one row a class.",
+    "one row a class. The evaluation model is the protocol's, the user's or one trained on the private data "
+    "(see its settings); without one only top1_target and top1_augmented, the attacked models' own "
+    "accuracy, are reported.",
     "glm": "Relative gradient norm: the training objective's gradient at the released parameters on the "
     "known points plus the reconstruction, relative to the size of its terms (0: exactly optimal). "
     "Candidate targets: 2 when a model without intercept fits two. Max relative error (when the true "
@@ -296,13 +300,27 @@ def _informed_finding(entry: SavedAttack) -> Finding:
 def _inversion_finding(entry: SavedAttack) -> Finding:
     mean = {name: value for name, value, _ in entry.rows}
     sd = {name: value for name, _, value in entry.rows}
+    seeds = entry.settings["seeds"]
+    if "top1" not in mean:
+        accepted = percent(mean["top1_target"])
+        short = "images of every class, unscored (model inversion without an evaluation model)"
+        reveals = (
+            f"Model inversion: images of each class, which the target itself accepts {accepted} of the "
+            "time; no evaluation model scored whether they show their class (give --eval-model or "
+            "--train-data)."
+        )
+        advice = ("Score the inversion: give nn-recon invert --eval-model, or --train-data to train one.",)
+        return Finding("unsure", short, reveals, f"Inversion: mean over {seeds} seeds, unscored.", advice)
     short = f"images of every class, recognised {percent(mean['top1'])} of the time (model inversion)"
+    distance = (
+        "" if "knn" not in mean else f" (feature distance to the nearest private image {mean['knn']:.3g})"
+    )
     reveals = (
         f"Model inversion: images of each class that the evaluation classifier recognises "
         f"{percent(mean['top1'])} of the time (top-1); they show what a class looks like, not a particular "
-        f"training image (feature distance to the nearest private image {mean['knn']:.3g})."
+        f"training image{distance}."
     )
-    sure = f"Inversion: mean over {entry.settings['seeds']} seeds, top-1 sd {percent(sd['top1'])}."
+    sure = f"Inversion: mean over {seeds} seeds, top-1 sd {percent(sd['top1'])}."
     return Finding("partly" if mean["top1"] >= 0.5 else "not", short, reveals, sure)
 
 
@@ -343,12 +361,14 @@ FINDINGS: dict[str, Callable[[SavedAttack], Finding]] = {
 def headline(entries: Sequence[SavedAttack]) -> Headline:
     """The verdict over every attack: the worst result decides the answer."""
     found = [FINDINGS[entry.attack](entry) for entry in entries]
-    by = {s: [f.short for f in found if f.severity == s] for s in ("recovered", "partly", "not")}
+    by = {s: [f.short for f in found if f.severity == s] for s in ("recovered", "partly", "unsure", "not")}
     if by["recovered"]:
         severity: Severity = "recovered"
         answer = f"Not as it is. The attacks reconstruct training data from it: {words(by['recovered'])}."
     elif by["partly"]:
         severity, answer = "partly", f"With care: {words(by['partly'])}."
+    elif by["unsure"]:
+        severity, answer = "unsure", f"This audit cannot tell: {words(by['unsure'])}."
     else:
         severity, answer = "not", f"As far as these attacks can tell, yes: {words(by['not'])}."
     advice = tuple(dict.fromkeys(a for f in found if f.severity != "not" for a in f.advice))

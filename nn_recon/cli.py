@@ -126,6 +126,40 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+MODEL_HELP = (
+    "a model file written by nn-recon train; or FILE.py:NAME, a class or no-argument factory in "
+    "FILE.py returning your nn.Module (IMPORTING FILE.py RUNS ITS CODE: only a file you trust), with "
+    "{weights}; or a .pt2 saved by torch.export.save (runs none of your code; export it with a "
+    "dynamic batch dimension)"
+)
+WEIGHTS_HELP = "the state_dict saved by torch.save (read as tensors only) of {model} FILE.py:NAME"
+
+
+def _add_network_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, required: bool) -> None:
+    """--model, --weights, --input-shape and --classes: the network to attack, the user's own or not."""
+    p.add_argument(
+        "--model",
+        required=required,
+        help=MODEL_HELP.format(weights="--weights") + ". Your network takes images in [0, 1] and returns "
+        "one logit (two classes) or one per class" + ("" if required else " (default: none)"),
+    )
+    p.add_argument(
+        "--weights", help=WEIGHTS_HELP.format(model="--model") + " (default: none; that --model needs it)"
+    )
+    p.add_argument(
+        "--input-shape",
+        type=_shape,
+        metavar="C,H,W",
+        help="the image shape your network takes (default: from the .pt2, or 1,s,s when the first layer "
+        "is a Linear of s² inputs)",
+    )
+    p.add_argument(
+        "--classes",
+        type=int,
+        help="how many classes your network tells apart (default: its logits per image, one logit: 2)",
+    )
+
+
 STATIONARITY_OPTIONS = {
     "points": "candidate images per run (m; the papers use 2n)",
     "runs": "random-search runs",
@@ -147,32 +181,7 @@ def _stationarity_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.attacks.stationarity import OBJECTIVES, StationarityConfig
     from nn_recon.train import DTYPES
 
-    p.add_argument(
-        "--model",
-        required=True,
-        help="a model file written by nn-recon train; or FILE.py:NAME, a class or no-argument factory in "
-        "FILE.py returning your nn.Module (IMPORTING FILE.py RUNS ITS CODE: only a file you trust), with "
-        "--weights; or a .pt2 saved by torch.export.save (runs none of your code; export it with a "
-        "dynamic batch dimension). Your network takes images in [0, 1] and returns one logit (two "
-        "classes) or one per class",
-    )
-    p.add_argument(
-        "--weights",
-        help="the state_dict saved by torch.save (read as tensors only) of --model FILE.py:NAME "
-        "(default: none; that --model needs it)",
-    )
-    p.add_argument(
-        "--input-shape",
-        type=_shape,
-        metavar="C,H,W",
-        help="the image shape your network takes (default: from the .pt2, or 1,s,s when the first layer "
-        "is a Linear of s² inputs)",
-    )
-    p.add_argument(
-        "--classes",
-        type=int,
-        help="how many classes your network tells apart (default: its logits per image, one logit: 2)",
-    )
+    _add_network_arguments(p, required=True)
     ranges = {name: _range for name in ("lr", "init_scale", "lambda_min", "beta")}
     choices = {"objective": OBJECTIVES, "dtype": tuple(DTYPES), **_devices()}
     add_config_options(p, StationarityConfig, STATIONARITY_OPTIONS, types=ranges, choices=choices)
@@ -496,37 +505,135 @@ INVERSION_OPTIONS = {
 
 def _invert_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.attacks.inversion import LOSSES, METHODS, InversionConfig
+    from nn_recon.gan import GanConfig
     from nn_recon.pipeline import RepeatConfig, classifier_path, gan_path
 
     add_config_options(p, InversionConfig, INVERSION_OPTIONS, choices={"method": METHODS, "loss": LOSSES})
     p.add_argument("--target", help=f"model to attack (default: {classifier_path('<workdir>', 'target')})")
-    p.add_argument("--gan", help=f"GAN prior (default: {gan_path('<workdir>', '<method>')})")
+    p.add_argument(
+        "--gan",
+        help=f"GAN prior (default: {gan_path('<workdir>', '<method>')}; with --model, one trained on "
+        f"--public and kept in {gan_path('<out>', '<method>')})",
+    )
     add_config_options(p, RepeatConfig, {"seeds": "attack repeats (seed, seed + 1, ...)"})
-    p.add_argument("--out", required=True, help="folder for the per-class measures, grid and summary")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="folder for the per-class measures, grid and summary; with --model also for the models it "
+        "trains, reused by a rerun with the same target, public images and settings (any other is refused)",
+    )
     _add_setting_arguments(p)
+    own = p.add_argument_group(
+        "your own classifier (instead of the MNIST protocol; --workdir, --target, --per-class and "
+        "--data-root are the protocol's)"
+    )
+    _add_network_arguments(own, required=False)
+    own.add_argument(
+        "--public",
+        help="what the GAN and the augmented models learn from: a folder of PNG/JPEG images, an IDX file or "
+        "an .npz with an images array, made to the target's input shape (grey/colour, resized) "
+        "(default: none; --model needs it)",
+    )
+    own.add_argument(
+        "--eval-model",
+        help="the evaluation model: " + MODEL_HELP.format(weights="--eval-weights") + ", of the target's "
+        "input shape and classes (default: one trained on --train-data, else none)",
+    )
+    own.add_argument("--eval-weights", help=WEIGHTS_HELP.format(model="--eval-model") + " (default: none)")
+    own.add_argument(
+        "--train-data",
+        help="the target's private training data, an .npz with arrays images and labels: the KNN distance "
+        "reads it, and without --eval-model an evaluation model is trained on it (default: none; without "
+        "either, only the attacked models' own top-1 is reported)",
+    )
+    own.add_argument(
+        "--fresh", action="store_true", help="delete the models and results an earlier run left in --out"
+    )
+    flags = {name: f"gan-{name.replace('_', '-')}" for name in GAN_OPTIONS}
+    add_config_options(own, GanConfig, USER_GAN_OPTIONS, prefix="gan_", flags=flags)
+
+
+USER_GAN_OPTIONS = {name: text for name, text in GAN_OPTIONS.items() if name != "kind"}  # kind: --method
+# The options that go with --model only.
+OWN_CLASSIFIER = ("weights", "input_shape", "classes", "public", "eval_model", "eval_weights", "train_data",
+                  "fresh", *(f"gan_{name}" for name in USER_GAN_OPTIONS))  # fmt: skip
+PROTOCOL = ("target", "setting_per_class", "setting_data_root")
+
+
+def _refuse_given(args: argparse.Namespace, dests: Sequence[str], where: str) -> None:
+    given = [dest for dest in dests if getattr(args, dest) not in (None, False)]
+    if given:
+        flags = ", ".join("--" + dest.removeprefix("setting_").replace("_", "-") for dest in given)
+        raise ReconError(f"{flags} go{'es' if len(given) == 1 else ''} with {where}")
+
+
+def _own_setting(args: argparse.Namespace, config, device):
+    """The setting and GAN of an inversion of the user's --model."""
+    from nn_recon.attacks.stationarity import as_target
+    from nn_recon.gan import GanConfig, load_gan
+    from nn_recon.inversion_setting import SettingConfig
+    from nn_recon.pipeline import load_target, prepare_gan, prepare_user_setting
+
+    _refuse_given(args, PROTOCOL, "the MNIST protocol (no --model)")
+    if not args.eval_model:
+        _refuse_given(args, ("eval_weights",), "--eval-model")
+    if not args.public:
+        raise ReconError("--model needs --public, the images the GAN and the augmented models learn from")
+    target = as_target(load_target(args.model, args.weights, args.input_shape, args.classes))
+    target.network.to(device)
+    gan_config = config_from(args, GanConfig, prefix="gan_", kind=config.method)
+    setting = prepare_user_setting(
+        target,
+        args.public,
+        args.out,
+        config_from(args, SettingConfig, prefix="setting_"),
+        gan_config,
+        evaluation=(args.eval_model, args.eval_weights) if args.eval_model else None,
+        train_data=args.train_data,
+        fresh=args.fresh,
+    )
+    gan = load_gan(args.gan, device) if args.gan else prepare_gan(gan_config, setting, args.out)
+    return setting, gan
+
+
+def _protocol_setting(args: argparse.Namespace, config, device):
+    """The MNIST protocol's setting from --workdir and its GAN."""
+    from nn_recon.attacks.stationarity import as_target
+    from nn_recon.gan import load_gan
+    from nn_recon.pipeline import gan_path
+    from nn_recon.train import load_model
+
+    _refuse_given(args, OWN_CLASSIFIER, "--model, your own classifier")
+    _, setting = _setting(args, train=False)
+    if args.target:
+        setting.target = as_target(load_model(args.target, device=str(device)))
+    return setting, load_gan(args.gan or gan_path(args.workdir, config.method), device)
+
+
+def _summary_line(summary: dict[str, float]) -> str:
+    """Each metric's mean ± sd over seeds; accuracies (top*) in %."""
+    parts = []
+    for name, mean in summary.items():
+        if not name.endswith("_sd"):
+            scale, unit = (100, " %") if name.startswith("top") else (1, "")
+            parts.append(f"{name} {scale * mean:.4g} ± {scale * summary[f'{name}_sd']:.2g}{unit}")
+    return ", ".join(parts)
 
 
 def _invert(args: argparse.Namespace) -> int:
     from nn_recon.attacks.inversion import InversionConfig
-    from nn_recon.gan import load_gan
-    from nn_recon.pipeline import RepeatConfig, attack_inversion, gan_path, save_inversion
-    from nn_recon.train import load_model, resolve_device
+    from nn_recon.pipeline import RepeatConfig, attack_inversion, save_inversion
+    from nn_recon.train import resolve_device
 
     repeats = config_from(args, RepeatConfig)
     config = config_from(args, InversionConfig)
-    _, setting = _setting(args, train=False)
     device = resolve_device(args.device)
-    if args.target:
-        setting.target = load_model(args.target, device=str(device))
-    gan = load_gan(args.gan or gan_path(args.workdir, config.method), device)
+    setting, gan = (_own_setting if args.model else _protocol_setting)(args, config, device)
     report = attack_inversion(config, gan, setting, repeats)
     for seed, metrics in enumerate(report.metrics, start=config.seed):
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
-    s = report.summary()
-    _say(f"{config.method}+{config.loss}: top-1 {100 * s['top1']:.1f} ± {100 * s['top1_sd']:.1f} %, "
-         f"top-5 {100 * s['top5']:.1f} %, KNN distance {s['knn']:.4g}; all-digits evaluator top-1 "
-         f"{100 * s['top1_all_digits']:.1f} ± {100 * s['top1_all_digits_sd']:.1f} % "
-         f"({report.seconds:.0f} s)")  # fmt: skip
+    _say(f"{config.method}+{config.loss}: {_summary_line(report.summary())} ({report.seconds:.0f} s)")
+    _say(f"evaluation model: {report.evaluation.note}")
     _say(f"saved {save_inversion(report, args.out)}")
     return 0
 

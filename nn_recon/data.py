@@ -11,11 +11,14 @@ import functools
 import gzip
 import importlib.util
 import pickle
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+from torch.nn import functional as F
 
 from recon_core.errors import ReconError
 
@@ -251,3 +254,79 @@ def make_task(
         keep = balanced_subset(labels, per_class, seed)
         images, labels = images[keep], labels[keep]
     return TaskData(check_images(images), labels, classes)
+
+
+# Public images for model inversion: any set of pictures, made to the target's input shape.
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+_MODES = {1: "L", 3: "RGB"}  # Pillow's mode for images of 1 and 3 channels
+_LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R 601-2, as Pillow's convert("L")
+
+
+def load_image_set(path: str | Path, shape: tuple[int, ...]) -> np.ndarray:
+    """Images float32 of ``shape`` (C, H, W) in [0, 1] from a folder (and its subfolders) of PNG/JPEG
+    files, an IDX file (MNIST's format) or an .npz with an ``images`` (or ``image``) array of uint8 or
+    floats in [0, 1], shaped (n, H, W), (n, C, H, W) or (n, H, W, C). Grey and colour are converted
+    into each other (colour to grey by luma) and other sizes resized (bilinear, antialiased)."""
+    path, (channels, height, width) = Path(path), tuple(shape)
+    if channels not in _MODES:
+        raise ReconError(f"the target takes {channels}-channel images; public images convert to 1 or 3 only")
+    if path.is_dir():
+        images = _read_folder(path, _MODES[channels], (width, height))
+    elif not path.is_file():
+        raise ReconError(f"--public {path} does not exist")
+    else:
+        images = _image_batch(_npz_images(path) if path.suffix == ".npz" else load_idx(path), path)
+    if images.shape[1] != channels:
+        images = np.einsum("nchw,c->nhw", images, _LUMA)[:, None] if channels == 1 else images.repeat(3, 1)
+    if images.shape[2:] != (height, width):
+        resized = F.interpolate(torch.from_numpy(images), (height, width), mode="bilinear", antialias=True)
+        images = resized.clamp(0, 1).numpy()
+    return np.ascontiguousarray(images, np.float32)
+
+
+def _read_folder(folder: Path, mode: str, size: tuple[int, int]) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise ReconError(f"--public {folder} holds no {'/'.join(IMAGE_SUFFIXES)} images")
+    pixels = []
+    for file in files:
+        try:
+            with Image.open(file) as image:
+                pixels.append(np.asarray(image.convert(mode).resize(size, Image.Resampling.BILINEAR)))
+        except (UnidentifiedImageError, OSError) as error:
+            raise ReconError(f"{file} is not a readable image ({type(error).__name__}); remove it") from None
+    stacked = np.stack(pixels)
+    stacked = stacked[:, None] if stacked.ndim == 3 else stacked.transpose(0, 3, 1, 2)
+    return stacked / np.float32(255)
+
+
+def _npz_images(path: Path) -> np.ndarray:
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            name = next((n for n in ("images", "image") if n in saved.files), None)
+            if name is None:
+                names = ", ".join(saved.files)
+                raise ReconError(f"--public {path} has no array named images (it has {names})")
+            return saved[name]
+    except (ValueError, OSError, zipfile.BadZipFile) as error:  # object arrays (pickles) are refused
+        raise ReconError(f"--public {path} is not an .npz of plain arrays ({error})") from None
+
+
+def _image_batch(array: np.ndarray, source: Path) -> np.ndarray:
+    """(n, C, H, W) in [0, 1] of an (n, H, W), (n, C, H, W) or (n, H, W, C) array of 1, 3 or 4 (RGBA,
+    alpha dropped) channels, uint8 or floats in [0, 1]."""
+    if array.ndim == 3:
+        array = array[:, None]
+    elif array.ndim == 4 and array.shape[1] not in (1, 3, 4) and array.shape[3] in (1, 3, 4):
+        array = array.transpose(0, 3, 1, 2)
+    if array.ndim != 4 or array.shape[1] not in (1, 3, 4) or not len(array):
+        raise ReconError(
+            f"--public {source} holds an array of shape {array.shape}, not images: pass (n, H, W), "
+            "(n, C, H, W) or (n, H, W, C) with 1 or 3 channels"
+        )
+    if array.dtype == np.uint8:
+        array = array / np.float32(255)
+    return check_images(array[:, :3])

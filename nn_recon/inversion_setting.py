@@ -9,16 +9,17 @@ them; :mod:`nn_recon.attacks.inversion` attacks the target through them.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
+from nn_recon.attacks.stationarity import AttackTarget
 from nn_recon.checkpoint import load_torch_file, load_weights, save_atomically
 from nn_recon.data import TaskData, balanced_subset, check_images, load_mnist
-from nn_recon.models import Architecture, build_network
+from nn_recon.models import Architecture, build_network, class_logits
 from nn_recon.train import TrainedModel, minibatch_epoch
 from recon_core.errors import ReconError
 
@@ -112,24 +113,57 @@ def fit_classifier(
     return TrainedModel(network, mean, classes, loss.item(), config.epochs, asdict(config), seconds=seconds)
 
 
+ORIGINS = ("setting", "given", "trained", "none")
+
+
+@dataclass(frozen=True)
+class EvaluationOrigin:
+    """Where the evaluation model came from (``origin``, one of ``ORIGINS``): the setting's own, given
+    by the user, trained by the tool on the private training data, or none; ``model`` names its file
+    and ``note`` says it in words."""
+
+    origin: str
+    model: str | None
+    note: str
+
+    def __post_init__(self) -> None:
+        if self.origin not in ORIGINS:
+            raise ReconError(f"an evaluation model's origin is one of {ORIGINS}, not {self.origin!r}")
+
+
+NO_EVALUATION = EvaluationOrigin(
+    "none",
+    None,
+    "none (no --eval-model or --train-data): only the attacked models' own top-1 is reported, "
+    "which says what the target accepts, not whether the images show their class",
+)
+
+
 @dataclass
 class Setting:
-    """The five classifiers, the data they came from, and how long each took to train (when it was)."""
+    """What an inversion attacks and is scored by: the target and the augmented models, the public
+    images and the class names; the evaluation models and the private training data where there are
+    any, where the evaluation model came from, and how long each classifier took to train (when it was)."""
 
-    target: TrainedModel
-    evaluation: TrainedModel
-    augmented: list[TrainedModel]
-    all_digits_evaluation: TrainedModel
-    private: TaskData
+    target: AttackTarget
+    augmented: list[AttackTarget]
     public: np.ndarray
-    seconds: dict[str, float]
+    classes: tuple[str, ...]
+    evaluation: AttackTarget | None = None
+    all_digits_evaluation: AttackTarget | None = None
+    private: TaskData | None = None
+    evaluation_origin: EvaluationOrigin = NO_EVALUATION
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
-def model_device(model: TrainedModel) -> torch.device:
+Classifier = TrainedModel | AttackTarget  # both hold a network and the mean image subtracted from its input
+
+
+def model_device(model: Classifier) -> torch.device:
     return next(model.network.parameters()).device
 
 
-def in_batches(function, model: TrainedModel, images: np.ndarray, batch: int = 1024) -> torch.Tensor:
+def in_batches(function, model: Classifier, images: np.ndarray, batch: int = 1024) -> torch.Tensor:
     """``function(network, images - mean)`` without gradients, ``batch`` images at a time, on the
     model's device; the result on the CPU."""
     x = torch.as_tensor(images - model.mean, device=model_device(model))
@@ -138,6 +172,11 @@ def in_batches(function, model: TrainedModel, images: np.ndarray, batch: int = 1
     return torch.cat(parts).cpu()
 
 
-def soft_labels(model: TrainedModel, images: np.ndarray) -> np.ndarray:
+def logits(model: Classifier, images: np.ndarray) -> torch.Tensor:
+    """The model's :func:`~nn_recon.models.class_logits` of ``images`` (n, K), on the CPU."""
+    return class_logits(in_batches(torch.nn.Module.__call__, model, images))
+
+
+def soft_labels(model: Classifier, images: np.ndarray) -> np.ndarray:
     """The model's class probabilities of ``images`` (n, K)."""
-    return in_batches(torch.nn.Module.__call__, model, images).softmax(1).numpy()
+    return logits(model, images).softmax(1).numpy()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nn_recon.inversion_setting import Setting, in_batches, soft_labels
+from nn_recon.inversion_setting import Setting, in_batches, logits, soft_labels
 from nn_recon.models import penultimate
 from nn_recon.ncc import pairwise_ncc
 from recon_core.errors import ReconError, require_at_least
@@ -377,38 +377,45 @@ def knn_distance(
 
 
 class Evaluator:
-    """Attack accuracy and KNN distance under the evaluation model, and top-1 accuracy under the
-    all-digits evaluation model (class c counts as correct only as its own digit); the private
-    features computed once.
+    """What the inverted images show, by the models the setting has: attack accuracy under the
+    evaluation model, and the KNN distance in its features to the private images; top-1 accuracy
+    under the all-digits evaluation model (class c counts as correct only as its own digit); the
+    private features computed once. A setting without an evaluation model or private data skips
+    what needs them.
 
-    Also the top-1 of the attacked models themselves: the target's, and the augmented models' mean.
+    Always the top-1 of the attacked models themselves: the target's, and the augmented models' mean.
     What the evaluation model misses of what the target accepts is the attack's overfitting to the
     target, the gap MA is meant to close; an augmented top-1 already at 1 leaves MA nothing to add."""
 
     def __init__(self, setting: Setting) -> None:
         self.model, self.private = setting.evaluation, setting.private
-        self.all_digits = setting.all_digits_evaluation
-        self.target, self.augmented = setting.target, setting.augmented
-        self.digits = np.array([int(c) for c in self.private.classes])
-        self.private_features = self.features(self.private.images)
-
-    def features(self, images: np.ndarray) -> np.ndarray:
-        return in_batches(penultimate, self.model, images).numpy()
+        self.all_digits, self.origin = setting.all_digits_evaluation, setting.evaluation_origin
+        self.target, self.augmented, self.classes = setting.target, setting.augmented, setting.classes
+        self.private_features = None
+        if self.model is not None and self.private is not None:
+            self.private_features = in_batches(penultimate, self.model, self.private.images).numpy()
 
     def __call__(self, measures: dict[int, WeightedMeasure]) -> dict[str, float]:
         images = np.concatenate([m.points["image"] for m in measures.values()])
         labels = np.concatenate([np.full(len(m), c) for c, m in measures.items()])
-        features = self.features(images)
-        readout = self.model.network.readout
-        logits = readout(torch.as_tensor(features, device=readout.weight.device)).detach().cpu().numpy()
-        all_digits = in_batches(torch.nn.Module.__call__, self.all_digits, images).numpy()
+        metrics = {}
+        if self.model is not None:
+            scores = logits(self.model, images).numpy()
+            metrics |= {"top1": top_k_accuracy(scores, labels, 1), "top5": top_k_accuracy(scores, labels, 5)}
+        if self.private_features is not None:
+            features = in_batches(penultimate, self.model, images).numpy()
+            metrics["knn"] = float(
+                knn_distance(features, labels, self.private_features, self.private.labels).mean()
+            )
+        if self.all_digits is not None:
+            scores = logits(self.all_digits, images).numpy()
+            digits = np.array([int(c) for c in self.classes])[labels]  # the all-digits model's classes
+            metrics |= {
+                "top1_all_digits": top_k_accuracy(scores, digits, 1),
+                "top5_all_digits": top_k_accuracy(scores, digits, 5),
+            }
         attacked = [soft_labels(model, images) for model in self.augmented]
-        return {
-            "top1": top_k_accuracy(logits, labels, 1),
-            "top5": top_k_accuracy(logits, labels, 5),
-            "knn": float(knn_distance(features, labels, self.private_features, self.private.labels).mean()),
-            "top1_all_digits": top_k_accuracy(all_digits, self.digits[labels], 1),
-            "top5_all_digits": top_k_accuracy(all_digits, self.digits[labels], 5),
+        return metrics | {
             "top1_target": top_k_accuracy(soft_labels(self.target, images), labels, 1),
             "top1_augmented": float(np.mean([top_k_accuracy(p, labels, 1) for p in attacked])),
         }

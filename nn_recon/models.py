@@ -163,12 +163,45 @@ def predict(outputs: torch.Tensor) -> torch.Tensor:
     return (outputs[..., 0] > 0).long() if outputs.shape[-1] == 1 else outputs.argmax(-1)
 
 
+def class_logits(outputs: torch.Tensor) -> torch.Tensor:
+    """One logit per class: K outputs as they are, a binary network's one output z as (−z/2, z/2),
+    whose softmax (1 − σ(z), σ(z)) is the probability the sign of z stands for."""
+    return torch.cat([-outputs / 2, outputs / 2], -1) if outputs.shape[-1] == 1 else outputs
+
+
 # Model inversion (GMI / KEDMI with LOMMA) reads the features the readout sees.
 
+_LINEARS = {F.linear, torch.ops.aten.linear.default}  # nn.Linear, and a linear layer in an exported program
 
-def penultimate(network: Network, x: torch.Tensor) -> torch.Tensor:
-    """The flattened last hidden layer; ``network.readout`` of it is ``network(x)``."""
-    h = x.flatten(1) if network.architecture.kind == "mlp" else x
-    for layer in network.hidden:
-        h = F.relu(layer(h))
-    return h.flatten(1)
+
+class _LastLinearInput(TorchFunctionMode):
+    """Within ``with _LastLinearInput() as seen:``, ``seen.features`` is the input of the last linear
+    layer called, whatever module or exported program calls it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features: torch.Tensor | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _LINEARS:
+            self.features = args[0]
+        return func(*args, **(kwargs or {}))
+
+
+def outputs_and_features(network: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The network's outputs and its penultimate features: the input of the last linear layer it
+    calls, flattened (for a :class:`Network`, what ``network.readout`` reads). A network that calls
+    no linear layer has none: a clear error."""
+    with _LastLinearInput() as seen:
+        outputs = network(x)
+    if seen.features is None:
+        raise ReconError(
+            "the network calls no linear layer, so it has no penultimate features: LOM needs the "
+            "target's (use --loss ce or ma), the KNN distance the evaluation model's"
+        )
+    return outputs, seen.features.flatten(1)
+
+
+def penultimate(network: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The penultimate features of :func:`outputs_and_features`."""
+    return outputs_and_features(network, x)[1]

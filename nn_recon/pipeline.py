@@ -8,6 +8,7 @@ evaluation model, compute no metric and write no file. Nothing here prints.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -31,11 +32,13 @@ from nn_recon.attacks.stationarity import (
     stationary_points,
 )
 from nn_recon.checkpoint import CheckpointFile, load_torch_file, save_atomically
-from nn_recon.data import check_images, load_dataset, load_mnist, make_task
+from nn_recon.data import TaskData, check_images, load_dataset, load_image_set, load_mnist, make_task
 from nn_recon.gan import Gan, GanConfig, load_gan, sample_images, save_gan, train_gan
 from nn_recon.glm import load_glm
 from nn_recon.inversion_setting import (
     MODEL_NAMES,
+    NO_EVALUATION,
+    EvaluationOrigin,
     Setting,
     SettingConfig,
     fit_classifier,
@@ -66,7 +69,7 @@ from nn_recon.train import (
     train_evaluation_classifier,
     train_target,
 )
-from nn_recon.user_model import file_digest, load_exported, load_user_network
+from nn_recon.user_model import file_digest, is_user_network, load_exported, load_user_network
 from recon_core.errors import ReconError, require_at_least
 from recon_core.measure import WeightedMeasure
 
@@ -109,55 +112,69 @@ def load_target(
 ) -> TrainedModel | AttackTarget:
     """``--model`` of nn-recon stationarity as the attack's target: a model file of nn-recon train, a
     .pt2, or FILE.py:NAME with its ``weights``."""
-    user_file = model.rpartition(":")[0]
+    if not is_user_network(model):
+        given = {"weights": weights, "input_shape": input_shape, "classes": classes}
+        flags = ", ".join("--" + flag.replace("_", "-") for flag, value in given.items() if value is not None)
+        if flags:
+            raise ReconError(f"{flags} go with --model FILE.py:NAME or a .pt2; {model} carries its own")
+        return load_model(model)
     if model.endswith(".pt2"):
         network, shape = load_exported(model)
         return as_target(network, input_shape or shape, classes, file_digest(model))
-    if user_file.endswith(".py"):
-        if not weights:
-            raise ReconError(f"--model {model} needs --weights, the state_dict of the trained network")
-        network = load_user_network(model, weights)
-        return as_target(network, input_shape, classes, file_digest(user_file, weights))
-    given = {"weights": weights, "input_shape": input_shape, "classes": classes}
-    flags = ", ".join("--" + flag.replace("_", "-") for flag, value in given.items() if value is not None)
-    if flags:
-        raise ReconError(f"{flags} go with --model FILE.py:NAME or a .pt2; {model} carries its own")
-    return load_model(model)
+    if not weights:
+        raise ReconError(f"--model {model} needs --weights, the state_dict of the trained network")
+    network = load_user_network(model, weights)
+    return as_target(network, input_shape, classes, file_digest(model.rpartition(":")[0], weights))
 
 
+@dataclass(frozen=True)
+class ClaimedFolder:
+    """What an attack keeps in the --out folder it claims for one model and its settings: ``kept``,
+    what a rerun reuses (refused when made for another fingerprint), and ``rewritten``, what a rerun
+    writes again; glob patterns. --fresh deletes both."""
+
+    kept: tuple[str, ...]
+    rewritten: tuple[str, ...]
+    noun: str
+
+    def paths(self, out: Path, patterns: tuple[str, ...]) -> list[Path]:
+        return [path for pattern in patterns for path in sorted(out.glob(pattern))]
+
+
+STATIONARITY_FOLDER = ClaimedFolder(
+    (RUNS, f"{RECONSTRUCTION}.npz"), (f"{RECONSTRUCTION}.json", MATCH_SCORES, MATCH_GRID), "runs"
+)
 # Not part of the fingerprint: more --runs extend a search, and where it runs does not change it.
 _UNFINGERPRINTED = ("runs", "device")
-# What an attack writes into its --out folder, and match beside it: --fresh clears these.
-_OUTPUTS = (RUNS, f"{RECONSTRUCTION}.npz", f"{RECONSTRUCTION}.json", MATCH_SCORES, MATCH_GRID, FINGERPRINT)
 
 
 def _fingerprint(target: AttackTarget, config: StationarityConfig) -> dict:
     settings = {k: v for k, v in asdict(config).items() if k not in _UNFINGERPRINTED}
-    return json.loads(json.dumps({"model": target.identity, "settings": settings}))
+    return {"model": target.identity, "settings": settings}
 
 
-def _claim(out: Path, fingerprint: dict, fresh: bool) -> None:
+def _claim(out: Path, fingerprint: dict, fresh: bool, folder: ClaimedFolder = STATIONARITY_FOLDER) -> None:
     """Make ``out`` the folder of this model and these settings: refuse one that holds another's
-    runs, or (``fresh``) clear what an earlier attack wrote there first."""
-    saved = out / FINGERPRINT
+    outputs, or (``fresh``) clear what an earlier attack wrote there first."""
+    fingerprint = json.loads(json.dumps(fingerprint))  # as it reads back: tuples become lists
+    saved, noun = out / FINGERPRINT, folder.noun
     if fresh:
-        for name in _OUTPUTS:
-            path = out / name
+        for path in folder.paths(out, (*folder.kept, *folder.rewritten, FINGERPRINT)):
             if path.is_dir():
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
-    elif saved.is_file() or (out / RUNS).exists() or (out / f"{RECONSTRUCTION}.npz").exists():
+    elif saved.is_file() or folder.paths(out, folder.kept):
         before = json.loads(saved.read_text()) if saved.is_file() else None
         if before != fingerprint:
             if before is None:
-                what = "runs without a fingerprint (an older nn-recon)"
+                what = f"{noun} without a fingerprint (an older nn-recon)"
             elif before.get("model") != fingerprint["model"]:
-                what = "runs of another model (its weights or source differ)"
+                what = f"{noun} of another model (its weights or source differ)"
             else:
                 now = fingerprint["settings"]
                 changed = sorted(k for k in now if before["settings"].get(k) != now[k])
-                what = f"runs made with other settings ({', '.join(changed)})"
+                what = f"{noun} made with other settings ({', '.join(changed)})"
             raise ReconError(
                 f"--out {out} holds {what}; pass --fresh to replace them or choose another --out folder"
             )
@@ -575,15 +592,23 @@ def prepare_setting(
         save_model(model, path)
         seconds[name] = model.seconds
         timings_file.write_text(json.dumps(seconds, indent=2))
-    augmented = [models[name] for name in MODEL_NAMES[2:4]]
+    targets = {name: as_target(model) for name, model in models.items()}
+    origin = EvaluationOrigin(
+        "setting",
+        str(classifier_path(workdir, "evaluation")),
+        f"the setting's {config.evaluation} of the private classes, trained by nn-recon gan; beside it "
+        f"{MODEL_NAMES[-1]} ({config.all_digits_evaluation}) of all ten digits",
+    )
     return Setting(
-        models["target"],
-        models["evaluation"],
-        augmented,
-        models["evaluation-all-digits"],
-        private,
-        public,
-        seconds,
+        target=targets["target"],
+        augmented=[targets[name] for name in MODEL_NAMES[2:4]],
+        public=public,
+        classes=private.classes,
+        evaluation=targets["evaluation"],
+        all_digits_evaluation=targets[MODEL_NAMES[-1]],
+        private=private,
+        evaluation_origin=origin,
+        seconds=seconds,
     )
 
 
@@ -635,12 +660,14 @@ class RepeatConfig:
 
 @dataclass(frozen=True)
 class AttackReport:
-    """One attack repeated over seeds: each seed's metrics and per-class measures, and the wall time."""
+    """One attack repeated over seeds: each seed's metrics and per-class measures, the wall time, and
+    where the evaluation model that scored them came from."""
 
     config: InversionConfig
     metrics: list[dict[str, float]]
     measures: list[dict[int, WeightedMeasure]]
     seconds: float
+    evaluation: EvaluationOrigin
 
     def summary(self) -> dict[str, float]:
         """Mean and standard deviation over seeds of each metric."""
@@ -663,7 +690,7 @@ def attack_inversion(
     for seed in range(config.seed, config.seed + repeats.seeds):
         measures.append(invert(replace(config, seed=seed), gan, setting))
         metrics.append(evaluator(measures[-1]))
-    return AttackReport(config, metrics, measures, time.perf_counter() - started)
+    return AttackReport(config, metrics, measures, time.perf_counter() - started, evaluator.origin)
 
 
 def save_inversion(report: AttackReport, out: str | Path) -> Path:
@@ -674,7 +701,107 @@ def save_inversion(report: AttackReport, out: str | Path) -> Path:
             measure.save(out / f"seed-{seed}" / f"class-{c}")
     first = report.measures[0]
     images = np.stack([m.points["image"] for m in first.values()])
-    save_class_grid(out / GRID, images, [m.meta["name"] for m in first.values()])
+    title = f"evaluation model: {report.evaluation.origin} ({report.evaluation.model or 'none'})"
+    save_class_grid(out / GRID, images, [m.meta["name"] for m in first.values()], title=title)
     summary = {"config": asdict(report.config), "metrics": report.metrics, "summary": report.summary()}
-    (out / SUMMARY).write_text(json.dumps(summary | {"seconds": report.seconds}, indent=2))
+    summary |= {"seconds": report.seconds, "evaluation": asdict(report.evaluation)}
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2))
     return out
+
+
+# The inversion of the user's own classifier: what it trains is kept in its --out folder.
+
+INVERSION_FOLDER = ClaimedFolder(
+    ("augmented-*", "evaluation-*", "gan-*"), ("seed-*", GRID, SUMMARY), "models"
+)
+
+
+def _array_digest(*arrays: np.ndarray) -> str:
+    """SHA-256 of the arrays' shapes, dtypes and bytes."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(f"{array.shape} {array.dtype}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def load_evaluation(model: str, weights: str | None, target: AttackTarget) -> AttackTarget:
+    """``--eval-model`` as :func:`load_target` reads ``--model``; a network of the user's takes the
+    target's input shape and class count."""
+    shape, classes = (target.input_shape, target.num_classes) if is_user_network(model) else (None, None)
+    return as_target(load_target(model, weights, shape, classes))
+
+
+def _private_data(train_data: str, target: AttackTarget, classes: tuple[str, ...]) -> TaskData:
+    """``--train-data`` as the target's private ``classes``: images of its input shape, class indices."""
+    images, labels, _ = training_set(train_data)
+    k = len(classes)
+    if images.shape[1:] != tuple(target.input_shape):
+        raise ReconError(
+            f"--train-data images are {images.shape[1:]} but the target takes {tuple(target.input_shape)}; "
+            "pass the images it was trained on"
+        )
+    if labels.min() < 0 or labels.max() >= k:
+        raise ReconError(f"--train-data labels must be the target's class indices 0..{k - 1}")
+    return TaskData(images, labels, classes)
+
+
+def prepare_user_setting(
+    target: AttackTarget,
+    public: str | Path,
+    out: str | Path,
+    config: SettingConfig,
+    gan_config: GanConfig,
+    *,
+    evaluation: tuple[str, str | None] | None = None,
+    train_data: str | None = None,
+    fresh: bool = False,
+) -> Setting:
+    """The setting of an inversion of the user's ``target``, on its device. The public images are read
+    and made to its input shape (:func:`~nn_recon.data.load_image_set`); the augmented models are
+    distilled from it on them; the evaluation model is ``evaluation`` (model, weights), else one trained
+    on the private ``train_data``, else none. What is trained (the GAN too, by :func:`prepare_gan`) is
+    kept in ``out``, claimed for this target, these public images and settings (``fresh``: retrained)."""
+    out, device = Path(out), model_device(target)
+    images = load_image_set(public, target.input_shape)[: config.public_size]
+    settings = {"public_images": _array_digest(images)}
+    settings |= {f"setting_{k}": v for k, v in asdict(config).items()}
+    settings |= {f"gan_{k}": v for k, v in asdict(gan_config).items()}
+    _claim(out, {"model": target.identity, "settings": settings}, fresh, INVERSION_FOLDER)
+    classes = tuple(str(c) for c in range(target.num_classes))
+
+    def cached(
+        name: str, spec: str, images: np.ndarray, targets: np.ndarray, mean: np.ndarray, seed: int
+    ) -> AttackTarget:
+        """The classifier kept as ``<out>/<name>.pt``, or one fit (resumably, from its .ckpt) and kept."""
+        path = out / f"{name}.pt"
+        if not path.exists():
+            architecture = Architecture.parse(spec, images.shape[1:], len(classes))
+            checkpoint = path.with_suffix(".ckpt")
+            model = fit_classifier(
+                architecture, images, targets, mean, classes, config, seed, checkpoint, device
+            )
+            save_model(model, path)
+        return as_target(load_model(path, device=str(device)))
+
+    distilled = soft_labels(target, images)  # seeds as the protocol's augmented models'
+    augmented = [
+        cached(f"augmented-{i}", spec, images, distilled, target.mean, config.seed + 2 + i)
+        for i, spec in enumerate(config.augmented)
+    ]
+    private = None if train_data is None else _private_data(train_data, target, classes)
+    if evaluation is not None:
+        model, weights = evaluation
+        evaluator = load_evaluation(model, weights, target)
+        evaluator.network.to(device)
+        note = f"given with --eval-model {model}" + (f" --eval-weights {weights}" if weights else "")
+        origin = EvaluationOrigin("given", model, note)
+    elif private is not None:
+        name = f"evaluation-{_array_digest(private.images, private.labels)[:12]}"
+        data = (private.images, private.labels, private.mean)
+        evaluator = cached(name, config.evaluation, *data, config.seed + 1)
+        note = f"{config.evaluation} trained on --train-data {train_data} ({config.epochs} epochs)"
+        origin = EvaluationOrigin("trained", str(out / f"{name}.pt"), note)
+    else:
+        evaluator, origin = None, NO_EVALUATION
+    return Setting(target, augmented, images, classes, evaluator, None, private, origin)

@@ -119,8 +119,12 @@ def metric_table(summary: dict[str, float], reference: dict[str, float] | None =
     return "\n".join(lines)
 
 
-def save_class_grid(path: str | Path, images: np.ndarray, row_names: list[str], columns: int = 10) -> Path:
-    """PNG with one row per class: ``images`` (classes, n, C, H, W), the first ``columns`` of each row."""
+def save_class_grid(
+    path: str | Path, images: np.ndarray, row_names: list[str], columns: int = 10, title: str | None = None
+) -> Path:
+    """PNG with one row per class: ``images`` (classes, n, C, H, W), the first ``columns`` of each row;
+    ``title`` above them."""
     columns = min(columns, images.shape[1])
     cells = [list(row[:columns]) for row in images]
-    return _save_grid(path, cells, (columns * 1.0, len(images) * 1.05), row_labels=row_names)
+    figsize = (max(columns, 6) * 1.0, len(images) * 1.05 + (title is not None) * 0.4)
+    return _save_grid(path, cells, figsize, row_labels=row_names, suptitle=title)

@@ -48,6 +48,11 @@ def _import_file(path: Path) -> object:
     return module
 
 
+def is_user_network(model: str) -> bool:
+    """Whether ``--model`` names the user's network: a .pt2, or FILE.py:NAME."""
+    return model.endswith(".pt2") or model.rpartition(":")[0].endswith(".py")
+
+
 def load_user_network(spec: str, weights: str | Path) -> nn.Module:
     """``FILE.py:NAME`` built with no arguments, with the state_dict in ``weights`` loaded into it."""
     file, _, name = spec.rpartition(":")

@@ -7,21 +7,24 @@ class y:  min E_z [ identity_weight · L_id(G(z); y) + L_prior(z) ],  z clipped 
 its code), KEDMI a per-class Gaussian q = N(μ, σ²) through the reparameterisation z = μ + σ ε (Adam).
 
 Identity losses: ``ce`` cross-entropy of the target (the baselines); ``lom`` −logit_y + λ‖p − p_reg‖²
-with p the target's penultimate features and p_reg their mean over public images; ``ma`` the
-cross-entropy averaged over the target and the augmented models; ``lomma`` both.
+with p the target's penultimate features (the input of its last linear layer) and p_reg their mean
+over public images; ``ma`` the cross-entropy averaged over the target and the augmented models;
+``lomma`` both. The target is any classifier taking images in [0, 1] (its mean image subtracted);
+a binary one's single logit z counts as the two logits (−z/2, z/2).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 
 import torch
 from torch.nn import functional as F
 
+from nn_recon.attacks.stationarity import AttackTarget
 from nn_recon.gan import Gan
 from nn_recon.inversion_setting import Setting, in_batches, model_device
-from nn_recon.models import penultimate
-from nn_recon.train import TrainedModel
+from nn_recon.models import class_logits, outputs_and_features, penultimate
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
 from recon_core.progress import progress
@@ -56,21 +59,23 @@ class InversionConfig:
 
 def identity_loss(
     loss: str,
-    target: TrainedModel,
-    augmented: list[TrainedModel],
+    target: AttackTarget,
+    augmented: list[AttackTarget],
     images: torch.Tensor,
     labels: torch.Tensor,
-    p_reg: torch.Tensor,
+    p_reg: torch.Tensor | None,
     feature_weight: float,
 ) -> torch.Tensor:
     """Per image: CE or −logit_y, over the target alone or averaged with the augmented models (MA),
-    plus λ‖p − p_reg‖² (mean over the feature axis) of the target's features p for LOM and LOMMA."""
+    plus λ‖p − p_reg‖² (mean over the feature axis) of the target's features p for LOM and LOMMA. The
+    augmented models, distilled from the target, take its centred images."""
     x = images - torch.as_tensor(target.mean, device=images.device)
-    features = penultimate(target.network, x)
-    logits = [target.network.readout(features)]
+    logit = loss in ("lom", "lomma")
+    outputs, features = outputs_and_features(target.network, x) if logit else (target.network(x), None)
+    logits = [class_logits(outputs)]
     if loss in ("ma", "lomma"):
-        logits += [model.network(x) for model in augmented]
-    if loss in ("ce", "ma"):
+        logits += [class_logits(model.network(x)) for model in augmented]
+    if not logit:
         return torch.stack([F.cross_entropy(z, labels, reduction="none") for z in logits]).mean(0)
     own = torch.stack([z.gather(1, labels[:, None])[:, 0] for z in logits]).mean(0)
     return -own + feature_weight * (features - p_reg).square().mean(1)
@@ -78,14 +83,15 @@ def identity_loss(
 
 def check_compatible(gan: Gan, setting: Setting, method: str) -> None:
     """A GAN of the target's image size and, for KEDMI, its classes; models with one class count."""
-    k = setting.target.architecture.num_outputs
-    counts = {m.architecture.num_outputs for m in [setting.evaluation, *setting.augmented]}
-    if counts != {k}:
+    k, shape = setting.target.num_classes, tuple(setting.target.input_shape)
+    others = [m for m in (setting.evaluation, *setting.augmented) if m is not None]
+    counts = {m.num_classes for m in others}
+    if counts - {k}:
         raise ReconError(f"the target has {k} classes but the evaluation/augmented models have {counts}")
-    if gan.image_shape != setting.target.architecture.input_shape:
+    if gan.image_shape != shape:
         raise ReconError(
-            f"the GAN makes {gan.image_shape} images but the target takes "
-            f"{setting.target.architecture.input_shape}; train a GAN on images of the target's size"
+            f"the GAN makes {gan.image_shape} images but the target takes {shape}; "
+            "train a GAN on images of the target's size"
         )
     if gan.config.kind != method:
         raise ReconError(f"--method {method} needs a {method} GAN, got a {gan.config.kind} one")
@@ -102,7 +108,8 @@ def reparameterised(
 
 def _frozen(*modules: torch.nn.Module) -> None:
     for module in modules:
-        module.eval()
+        with contextlib.suppress(NotImplementedError):  # a torch.export module's mode is fixed
+            module.eval()
         module.requires_grad_(False)
 
 
@@ -110,11 +117,13 @@ def invert(config: InversionConfig, gan: Gan, setting: Setting) -> dict[int, Wei
     """Inverted images of every private class: one :class:`WeightedMeasure` per class (equal weights)."""
     check_compatible(gan, setting, config.method)
     _frozen(gan.generator, gan.discriminator, setting.target.network, *(m.network for m in setting.augmented))
-    k, r, d = setting.target.architecture.num_outputs, config.restarts, gan.config.latent_dim
+    k, r, d = setting.target.num_classes, config.restarts, gan.config.latent_dim
     device = model_device(setting.target)
     rng = torch.Generator().manual_seed(config.seed)  # on the CPU: the same latents on any device
-    p_reg = in_batches(penultimate, setting.target, setting.public[: config.public_for_p_reg]).mean(0)
-    p_reg = p_reg.to(device)
+    p_reg = None
+    if config.loss in ("lom", "lomma"):
+        public = setting.public[: config.public_for_p_reg]
+        p_reg = in_batches(penultimate, setting.target, public).mean(0).to(device)
     labels = torch.arange(k, device=device).repeat_interleave(r)
     mu = torch.randn(k * r, d, generator=rng).clamp(-config.clip, config.clip).to(device).requires_grad_()
     log_var = torch.zeros(k * r, d, device=device, requires_grad=config.method == "kedmi")
@@ -142,8 +151,8 @@ def invert(config: InversionConfig, gan: Gan, setting: Setting) -> dict[int, Wei
     with torch.no_grad():
         z = latents().detach()
         images = gan.generator(z).cpu().numpy()
-    meta = {**asdict(config), "classes": list(setting.private.classes)}
-    z, names, labels = z.cpu().numpy(), setting.private.classes, labels.cpu().numpy()
+    meta = {**asdict(config), "classes": list(setting.classes)}
+    z, names, labels = z.cpu().numpy(), setting.classes, labels.cpu().numpy()
     return {
         c: WeightedMeasure.empirical(
             {"image": images[labels == c], "latent": z[labels == c]}, **meta, label=c, name=names[c]

@@ -17,6 +17,7 @@ from nn_recon.attacks.inversion import InversionConfig
 from nn_recon.attacks.reconn_attack import InformedAttackConfig
 from nn_recon.audit_page import SavedAttack, headline
 from nn_recon.cli import main
+from nn_recon.inversion_setting import NO_EVALUATION
 from nn_recon.metrics import InformedScores
 from nn_recon.pipeline import AttackReport, InformedAttackResult, save_informed, save_inversion
 from recon_core.headline import percent
@@ -53,7 +54,7 @@ def _inversion(folder):
         c: WeightedMeasure.empirical({"image": RNG.random((3, 1, 8, 8))}, name=f"c{c}") for c in range(2)
     }
     metrics = [{"top1": 0.5, "top5": 1.0, "knn": 2.0}, {"top1": 1.0, "top5": 1.0, "knn": 3.0}]
-    save_inversion(AttackReport(InversionConfig(), metrics, [first, first], 4.0), folder)
+    save_inversion(AttackReport(InversionConfig(), metrics, [first, first], 4.0, NO_EVALUATION), folder)
     return folder
 
 

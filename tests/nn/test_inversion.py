@@ -98,7 +98,7 @@ def test_evaluator_scores_the_attacked_models_as_by_hand():
     all_digits = TrainedModel(ten_classes, target.mean, tuple("0123456789"), 0.0, 0)
     rng = np.random.default_rng(3)
     private = TaskData(rng.random((12, 1, 8, 8)), rng.integers(0, 3, 12), ("0", "1", "2"))
-    setting = Setting(target, other, [target, other], all_digits, private, private.images, {})
+    setting = Setting(target, [target, other], private.images, private.classes, other, all_digits, private)
     images = rng.random((30, 1, 8, 8))
     with torch.no_grad():
         calls = {name: m.network(torch.as_tensor(images - 0.25)).argmax(1).numpy() for name, m in

@@ -227,6 +227,7 @@ def test_the_attack_sees_the_module_in_eval_mode():
         "stationarity --model m.pt --out r",
         "gan --workdir w",
         "invert --workdir w --out r",
+        "invert --model n.py:N --weights n.pt --public p --out r",
         "shadows --out f",
         "reconn --out f",
     ],
