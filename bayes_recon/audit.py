@@ -142,6 +142,9 @@ class Audit:
         )
 
 
+ATTACK_CHECKPOINT = "draws-*"  # the audit's checkpoint: one subfolder per attack, * its draws or "all"
+
+
 @float64
 def audit_posterior(
     source: Source,
@@ -170,7 +173,7 @@ def audit_posterior(
         )
 
     def kept(draws: str) -> Path | None:
-        return None if checkpoint is None else Path(checkpoint) / f"draws-{draws}"
+        return None if checkpoint is None else Path(checkpoint) / ATTACK_CHECKPOINT.replace("*", draws)
 
     full = attack_posterior(
         problem, database, config.n_points, config.seed, config.recon, progress, kept("all")

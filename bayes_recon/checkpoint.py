@@ -166,16 +166,16 @@ class Checkpoint:
 _START_OVER = "start fresh (command line: --fresh) or choose another checkpoint folder (--checkpoint DIR)"
 
 
-def remove(folder: str | Path) -> None:
-    """Delete a checkpoint: its fingerprint, its rounds and any unfinished write, and the checkpoints in
-    its subfolders (an audit's attacks); the folder goes too if nothing else is in it (files of other
-    origin are left alone)."""
+def remove(folder: str | Path, attacks: str | None = None) -> None:
+    """Delete a checkpoint: its fingerprint, its rounds and any unfinished write; the folder goes too if
+    nothing else is in it (files of other origin are left alone). ``attacks``: a pattern of subfolders
+    that hold one attack's checkpoint each (an audit's ``draws-*``), deleted first."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         return
-    for attack in [sub for sub in folder.iterdir() if (sub / FINGERPRINT).is_file()]:
+    for attack in folder.glob(attacks) if attacks else ():
         remove(attack)
-    for pattern in (FINGERPRINT, "round-*.npz", f"{FINGERPRINT}.tmp", "round-*.npz.tmp"):
+    for pattern in (FINGERPRINT, "round-*.npz", f"{FINGERPRINT}.*.tmp", "round-*.npz.*.tmp"):
         for path in folder.glob(pattern):
             path.unlink()
     if not any(folder.iterdir()):

@@ -631,7 +631,7 @@ def register_audit(subparsers: Subparsers) -> None:
 
 def _audit(args: argparse.Namespace) -> int:
     from bayes_recon import checkpoint
-    from bayes_recon.audit import AuditConfig, audit_posterior
+    from bayes_recon.audit import ATTACK_CHECKPOINT, AuditConfig, audit_posterior
     from bayes_recon.pipeline import _check_arguments, check_memory
     from bayes_recon.report import write_report
     from bayes_recon.verdict import findings, headline
@@ -653,7 +653,7 @@ def _audit(args: argparse.Namespace) -> int:
     check_memory(problem, args.points, recon)
     leaks = _file_leaks(args, problem)
     if folder is not None and args.fresh:
-        checkpoint.remove(folder)
+        checkpoint.remove(folder, ATTACK_CHECKPOINT)
     with _progress_bar(not args.quiet, problem.name) as progress:
         audit = audit_posterior(problem, config=config, progress=progress, checkpoint=folder)
     audit = dataclasses.replace(audit, file_leaks=[f.to_json() for f in leaks])
@@ -695,7 +695,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(args.json, audit.to_json())
     if folder is not None:
-        checkpoint.remove(folder)
+        checkpoint.remove(folder, ATTACK_CHECKPOINT)
     return 0
 
 

@@ -30,6 +30,8 @@ import numpy as np
 from recon_core.files import write_atomically
 
 FOLDER = "recon-audit-programs"  # inside JAX's compilation cache folder
+# JAX settings that change a traced program without changing the jaxprs of the model calls
+CONFIG_IN_KEY = ("jax_enable_x64", "jax_default_prng_impl", "jax_threefry_partitionable")
 
 
 def folder() -> Path | None:
@@ -51,8 +53,10 @@ def traced_digest(calls: Sequence[tuple[Callable, tuple]]) -> str:
 
 
 def program_key(identity: Mapping[str, Any], model_calls: Sequence[tuple[Callable, tuple]]) -> str:
+    settings = {name: str(getattr(jax.config, name)) for name in CONFIG_IN_KEY}
+    versions = {name: metadata.version(name) for name in ("jaxlib", "numpyro")}
     text = json.dumps(
-        {**identity, "numpyro": metadata.version("numpyro"), "traced": traced_digest(model_calls)},
+        {**identity, **settings, **versions, "traced": traced_digest(model_calls)},
         sort_keys=True,
         default=str,
     )
@@ -71,19 +75,23 @@ def lower(
     if where is None:
         return jax.jit(function).lower(*args)
     path = where / f"{program_key(identity, model_calls)}.jaxexport"
-    program = None
-    if path.is_file():
-        try:
-            program = jax.export.deserialize(bytearray(path.read_bytes()))
-        except Exception:  # a damaged or foreign file: traced again and written anew
-            program = None
-    if program is None:
-        specs = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in args]
-        try:
-            program = jax.export.export(jax.jit(function))(*specs)
-        except Exception:  # e.g. a model calling a function jax.export cannot serialise
-            return jax.jit(function).lower(*args)
-        with contextlib.suppress(OSError):  # an unwritable cache costs the next run a trace, nothing more
-            write_atomically(path, lambda temporary: temporary.write_bytes(program.serialize()))
+    try:
+        program = jax.export.deserialize(bytearray(path.read_bytes())) if path.is_file() else None
+        if program is not None:
+            return _lowered(function, program, args)
+    except Exception:  # a damaged, foreign or unreadable file: traced again and written anew
+        with contextlib.suppress(OSError):
+            path.unlink()
+    specs = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in args]
+    try:
+        program = jax.export.export(jax.jit(function))(*specs)
+    except Exception:  # e.g. a model calling a function jax.export cannot serialise
+        return jax.jit(function).lower(*args)
+    with contextlib.suppress(OSError):  # an unwritable cache costs the next run a trace, nothing more
+        write_atomically(path, lambda temporary: temporary.write_bytes(program.serialize()))
+    return _lowered(function, program, args)
+
+
+def _lowered(function: Callable, program: jax.export.Exported, args: tuple) -> jax.stages.Lowered:
     # under the function's own name: the compilation cache's entry says what it is (jit_attack_round)
     return jax.jit(functools.wraps(function)(lambda *a: program.call(*a))).lower(*args)

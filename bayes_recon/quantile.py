@@ -2,21 +2,21 @@
 
 The start of the attack draws responses through their quantile function (:mod:`bayes_recon.stages`),
 and its objective is differentiated through them. Where ``icdf`` is missing, the quantile is found by
-bisection on the CDF and differentiated implicitly: from F(y(p, u); p) = u,
-dy = (du − ∂F/∂p·dp) / f(y), which is exact at the solution whatever the bisection's path.
+bisection on the CDF and differentiated implicitly (``jax.lax.custom_root``): from F(y(p, u); p) = u,
+dy = (du − ∂F/∂p·dp) / f(y), which is exact at the solution whatever the bisection's path. The
+distribution stays a closure (never flattened: NumPyro orders a distribution's fields differently in
+every process, and the traced program is a key of :mod:`bayes_recon.programs`).
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 from numpyro.distributions import Distribution
 
 Array = jax.Array
-BISECTION_STEPS = 100  # halves a bracket of 100 sd below float64's resolution
-BRACKET_SD = 50.0
+WIDENING_STEPS = 40  # doublings of the first bracket (±10 sd), for heavy tails
+BISECTION_STEPS = 160  # halves even a fully widened bracket below float64's resolution
 
 
 def quantile(fn: Distribution, u: Array) -> Array:
@@ -26,23 +26,33 @@ def quantile(fn: Distribution, u: Array) -> Array:
     except (NotImplementedError, ImportError):
         if fn.support.is_discrete:
             raise
-    leaves, tree = jax.tree_util.tree_flatten(fn)
-    return _bisected(tree, leaves, u)
+    return jax.lax.custom_root(
+        lambda y: fn.cdf(y) - u,
+        jnp.zeros_like(u),
+        lambda f, _: _bisected(fn, u),
+        lambda g, y: y / g(jnp.ones_like(y)),  # F's Jacobian in y is diagonal: the density
+    )
 
 
 def _bracket(fn: Distribution, u: Array) -> tuple[Array, Array]:
+    """About the bulk from the mean and sd, then doubled outwards until it holds the level u."""
     centre, spread = jnp.broadcast_to(fn.mean, u.shape), jnp.sqrt(jnp.broadcast_to(fn.variance, u.shape))
     centre = jnp.where(jnp.isfinite(centre), centre, 0.0)
-    spread = jnp.where(jnp.isfinite(spread) & (spread > 0), spread, 1e3 * (1 + jnp.abs(centre)))
-    low = jnp.maximum(centre - BRACKET_SD * spread, getattr(fn.support, "lower_bound", -jnp.inf))
-    high = jnp.minimum(centre + BRACKET_SD * spread, getattr(fn.support, "upper_bound", jnp.inf))
-    return low, high
+    spread = jnp.where(jnp.isfinite(spread) & (spread > 0), spread, 1 + jnp.abs(centre))
+    lowest = getattr(fn.support, "lower_bound", -jnp.inf)
+    highest = getattr(fn.support, "upper_bound", jnp.inf)
+
+    def widen(_: int, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
+        low, high = bracket
+        width = high - low
+        low = jnp.where(fn.cdf(low) > u, jnp.maximum(low - width, lowest), low)
+        return low, jnp.where(fn.cdf(high) < u, jnp.minimum(high + width, highest), high)
+
+    start = (jnp.maximum(centre - 10 * spread, lowest), jnp.minimum(centre + 10 * spread, highest))
+    return jax.lax.fori_loop(0, WIDENING_STEPS, widen, start)
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _bisected(tree: jax.tree_util.PyTreeDef, leaves: list[Array], u: Array) -> Array:
-    fn = jax.tree_util.tree_unflatten(tree, leaves)
-
+def _bisected(fn: Distribution, u: Array) -> Array:
     def halve(_: int, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
         low, high = bracket
         middle = (low + high) / 2
@@ -51,13 +61,3 @@ def _bisected(tree: jax.tree_util.PyTreeDef, leaves: list[Array], u: Array) -> A
 
     low, high = jax.lax.fori_loop(0, BISECTION_STEPS, halve, _bracket(fn, u))
     return (low + high) / 2
-
-
-@_bisected.defjvp
-def _bisected_jvp(tree: jax.tree_util.PyTreeDef, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-    leaves, u = primals
-    d_leaves, d_u = tangents
-    y = _bisected(tree, leaves, u)
-    _, d_cdf = jax.jvp(lambda ls: jax.tree_util.tree_unflatten(tree, ls).cdf(y), (leaves,), (d_leaves,))
-    density = jnp.exp(jax.tree_util.tree_unflatten(tree, leaves).log_prob(y))
-    return y, (d_u - d_cdf) / jnp.maximum(density, jnp.finfo(density.dtype).tiny)

@@ -302,8 +302,10 @@ def reconstruct(
     if len(finished) < rounds:
         compiling = time.perf_counter()
         cpu = jax.default_backend() == "cpu"
-        model_calls = (  # where the program calls into the user's model
-            (weighted.log_density, (theta[0], layout.example(n_points), jnp.ones(n_points))),
+        data, weights = pseudo.measure(layout, begin.params, bases[0])  # the program's own sizes
+        model_calls = (  # where the program calls into the user's model, derivative rules included
+            (weighted.log_density, (theta[0], data, weights)),
+            (jax.hessian(weighted.log_density), (theta[0], data, weights)),
             (begin.with_responses, (begin.params.cloud, bases[0])),
         )
         lowered = programs.lower(

@@ -83,11 +83,13 @@ def response_predictor(
         return set(), None
     noise = jnp.zeros((3, len(layout.coordinates_of(set(sites)))))
 
-    def total(data: Mapping[str, Array]) -> Array:
-        return sum(jnp.sum(value) for value in predict(data, noise).values())
+    continuous = {k: v for k, v in probe.items() if jnp.issubdtype(jnp.result_type(v), jnp.floating)}
 
-    try:  # the stages differentiate the responses twice with respect to the covariates
-        jax.eval_shape(jax.hessian(total), probe)
+    def total(columns: Mapping[str, Array]) -> Array:
+        return sum(jnp.sum(value) for value in predict({**probe, **columns}, noise).values())
+
+    try:  # the stages differentiate the responses twice with respect to the (continuous) covariates
+        jax.eval_shape(jax.hessian(total), continuous)
     except Exception:  # no default argument, no quantile function, or one without derivatives
         return set(), None
     return set(sites), predict

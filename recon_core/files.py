@@ -6,16 +6,22 @@ through :func:`write_atomically` (``nn_recon.checkpoint.save_atomically`` hands 
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
 
 def write_atomically(path: str | Path, write: Callable[[Path], object]) -> Path:
     """``write(temporary)`` beside ``path``, then rename the temporary file over ``path``; the folder
-    is made if missing. The rename is atomic on one file system, so ``path`` is always whole."""
+    is made if missing. The rename is atomic on one file system, so ``path`` is always whole; the
+    temporary name is this writer's own, so two processes writing one path never mix their bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    write(temporary)
-    temporary.replace(path)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        write(temporary)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
     return path

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bayes_recon.audit import AuditConfig, audit_posterior, leakage_rows
+from bayes_recon.audit import ATTACK_CHECKPOINT, AuditConfig, audit_posterior, leakage_rows
 from bayes_recon.cli import main
 from bayes_recon.identifiability import Statistic, Variable, feature_setup
 from bayes_recon.mitigation import Perturbation, noisy_statistics, remaining_leakage
@@ -179,5 +179,7 @@ def test_an_interrupted_audit_resumes_its_attack_from_the_checkpoint(tmp_path):
         NAME, config=config, progress=lambda done, total: reported.append(done), checkpoint=folder
     )
     assert reported == [1, 2]  # the first round was read back
-    checkpoint.remove(folder)
+    checkpoint.remove(folder)  # without the pattern, the attacks' subfolders are left alone
+    assert (folder / "draws-all" / "round-00000.npz").is_file()
+    checkpoint.remove(folder, ATTACK_CHECKPOINT)
     assert not folder.exists()

@@ -4,7 +4,12 @@ differing only in a constant, with the same source) is another program."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
@@ -71,3 +76,49 @@ def test_a_model_differing_only_in_a_constant_is_another_program():
 
     assert key(normal_model(1.0)) == key(normal_model(1.0))
     assert key(normal_model(1.0)) != key(normal_model(2.0))
+
+
+MIXTURE_DIGEST = """
+import jax, jax.numpy as jnp, numpyro.distributions as dist
+from bayes_recon import enable_float64, programs
+from bayes_recon.quantile import quantile
+enable_float64()
+def quantiles(eta):
+    loc = jnp.stack([eta, eta + 4.0], axis=-1)
+    mixture = dist.MixtureSameFamily(dist.Categorical(probs=jnp.array([0.4, 0.6])), dist.Normal(loc, 1.0))
+    return quantile(mixture, jnp.full(eta.shape, 0.3))
+print(programs.traced_digest([(quantiles, (jnp.zeros(3),))]))
+"""
+
+
+def test_the_traced_digest_is_the_same_in_every_process():
+    """NumPyro flattens a distribution's fields in a per-process order (string hashing): a key built on
+    it would never match the next run's."""
+
+    def digest(hash_seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run([sys.executable, "-c", MIXTURE_DIGEST], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert digest("1") == digest("2") == digest("3")
+
+
+def test_a_model_differing_only_in_a_derivative_rule_is_another_program():
+    def model_with_rule(slope: float):
+        @jax.custom_jvp
+        def shifted(v):
+            return v
+
+        shifted.defjvp(lambda primals, tangents: (primals[0], slope * tangents[0]))
+        return normal_model(1.0), shifted
+
+    def key(slope: float) -> str:
+        _, shifted = model_with_rule(slope)
+
+        def log_joint(mu):
+            return log_density(normal_model(1.0), (), {"y": jnp.ones(2)}, {"mu": shifted(mu)})[0]
+
+        return programs.program_key({"same": "identity"}, [(jax.hessian(log_joint), (0.5,))])
+
+    assert key(1.0) != key(2.0)
