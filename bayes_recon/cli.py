@@ -360,6 +360,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
         )
     _say(f"self-check: {recon.self_check.summary()}")
     _say(f"restarts: {describe_restarts(recon)}")
+    _say(f"convergence: {describe_convergence(recon)}")
     if args.json:
         _write_json(args.json, attack.to_json())
     if args.save:
@@ -505,6 +506,19 @@ def describe_leaks(findings: Sequence[Finding], where: str) -> str:
 
 # Restarts at the same objective whose statistics differ by more than this leave them open.
 RESTARTS_AGREE_BELOW = 0.05
+
+
+def describe_convergence(recon: Any) -> str:
+    """Whether the last stage of the best restart stopped on its own or at its step cap."""
+    converged, cap = recon.converged(), recon.config.steps
+    if converged is None:
+        return f"minibatches of draws: Adam ran all {cap} steps (it has no stopping rule)."
+    if converged:
+        return "the last stage stopped when the objective stopped changing."
+    return (
+        f"NOT reached: the last stage used all its {cap} steps while the objective was still changing, so "
+        f"the result may be short of the optimum; rerun with --steps {4 * cap}."
+    )
 
 
 def describe_restarts(recon: Any) -> str:

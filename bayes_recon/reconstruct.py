@@ -162,6 +162,14 @@ class Reconstruction:
         it is read (seconds), then kept. See :mod:`bayes_recon.selfcheck`."""
         return round_trip(self.setup, self.measure.points, self.measure.weights)
 
+    def converged(self) -> bool | None:
+        """Whether the best restart's last stage stopped because its objective stopped changing, not at
+        its step cap (``config.steps``); None with minibatches of draws (Adam runs every step)."""
+        batch = self.config.batch_size
+        if batch is not None and batch < self.measure.meta["n_draws"]:
+            return None
+        return bool(self.history["steps_taken"][self.best_restart, 3] < self.history["stage_steps"][3])
+
     def at_best(self) -> np.ndarray:
         """Which restarts ended within 1 % (of its magnitude) of the best objective (restarts,)."""
         final = self.restart_objectives

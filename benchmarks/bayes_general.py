@@ -22,7 +22,8 @@ the draws for every M (points per stratum) and seed and reports:
   binomial, Poisson), whose likelihood sees the responses through Σ y and Σ y·x_j, those sums'
   relative errors, bar: all within 5 %; for every family the covariates' weighted mean (its shift in
   true sd) and sd (its ratio to the true sd), reported without a bar;
-* the self-check's verdict (``r.self_check``: NUTS on the recovered pseudo-data against the draws).
+* the self-check's verdict (``r.self_check``: NUTS on the recovered pseudo-data against the draws), and
+  whether the last stage converged before its step cap (``r.converged()``; ``--steps`` raises the cap).
 
 Families: η = a + X·b; normal (identity link, σ ~ HalfNormal(10)), Student-t (df 5, σ ~
 HalfNormal(10)), Bernoulli-logit, Bernoulli-probit (``Bernoulli(probs=ndtr(η))``), binomial (logit,
@@ -363,11 +364,11 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
-def run_attack(family: str, n: int, k: int, m: int, seed: int, restarts: int | None, cache: Path) -> dict:
+def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, cache: Path) -> dict:
     """One attack and its checks, in a fresh process (see :func:`in_fresh_process`)."""
     data = load_or_sample(BY_NAME[family], n, k, cache)
     before = peak_rss_mb()
-    config = br.ReconConfig() if restarts is None else br.ReconConfig(restarts=restarts)
+    config = br.ReconConfig(**settings)  # --restarts, --steps where given
     result = br.reconstruct(data.model, data.draws, free=data.free, n_points=m, seed=seed, config=config)
     peak = peak_rss_mb()
     recovered = recovered_statistics(data, result.measure)
@@ -382,6 +383,7 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, restarts: int | N
         "rss_before_mb": before,
         **truth_bar(result, {"X": data.X, "y": data.y}),
         **recovered,
+        "converged": result.converged(),
         "self_check": check.to_json(),
         "self_check_summary": check.summary(),
         "self_check_seconds": time.perf_counter() - started,
@@ -420,6 +422,7 @@ def run_line(run: dict) -> str:
         f"{np.min(run['x_sd_ratio']):.3f}-{np.max(run['x_sd_ratio']):.3f}  self-check "
         f"{'reproduces' if run['self_check']['reproduces'] else 'does NOT reproduce'}  "
         f"{run['seconds']:.1f} s  {run['peak_rss_mb']:.0f} MB"
+        f"{'  last stage stopped at its step cap' if run.get('converged') is False else ''}"
     )
 
 
@@ -495,7 +498,9 @@ def synthetic(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
                     groups.append([])
                     for seed in args.seeds:
                         run = {"family": family, "N": n, "k": k, "M": m, "seed": seed}
-                        run |= in_fresh_process(family, n, k, m, seed, args.restarts, args.cache)
+                        settings = {k: getattr(args, k) for k in ("restarts", "steps") if getattr(args, k)}
+                        run |= {"settings": settings}
+                        run |= in_fresh_process(family, n, k, m, seed, settings, args.cache)
                         runs.append(run)
                         groups[-1].append(run)
                         print(run_line(run), flush=True)
@@ -590,6 +595,7 @@ def main() -> None:
     parser.add_argument("--points", type=whole_numbers(1), default=[10, 50], help="M per stratum (10,50)")
     parser.add_argument("--seeds", type=whole_numbers(0), default=[0, 1, 2], help="attack seeds (0,1,2)")
     parser.add_argument("--restarts", type=int, help="the attack's restarts (default: ReconConfig's)")
+    parser.add_argument("--steps", type=int, help="the last stage's step cap (default: ReconConfig's)")
     parser.add_argument("--cache", type=Path, default=CACHE, help="simulated data and NUTS draws")
     parser.add_argument("--registry", action="store_true", help="run the registry posteriors instead")
     parser.add_argument(
@@ -608,14 +614,16 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    synthetic_only = [f"--{k}" for k in ("families", "n", "covariates", "restarts") if getattr(args, k)]
+    synthetic = ("families", "n", "covariates", "restarts", "steps")
+    synthetic_only = [f"--{k}" for k in synthetic if getattr(args, k)]
     registry_only = [f"--{k}" for k in ("posteriors", "bootstrap") if getattr(args, k) is not None]
     if args.registry and synthetic_only:
         parser.error(f"{', '.join(synthetic_only)}: for the synthetic suite only, not with --registry")
     if not args.registry and registry_only:
         parser.error(f"{', '.join(registry_only)}: with --registry only")
-    if args.restarts is not None and args.restarts < 1:
-        parser.error(f"--restarts must be at least 1, got {args.restarts}")
+    for option in ("restarts", "steps"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
     if args.bootstrap is not None and args.bootstrap < 0:
         parser.error(f"--bootstrap must be at least 0, got {args.bootstrap}")
     if args.registry:

@@ -92,6 +92,7 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
     recon = SimpleNamespace(
         measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
         config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
+        converged=lambda: True,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
     rows = attack.rows()

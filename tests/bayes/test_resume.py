@@ -108,3 +108,14 @@ def test_the_checkpoint_defaults_to_beside_the_outputs(tmp_path, fake_reconstruc
     ]
     (tmp_path / "file").write_text("")
     assert main(["--quiet", "reconstruct", "--checkpoint", str(tmp_path / "file")]) == 2
+
+
+def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
+    """Three L-BFGS steps cannot settle the points: the run says so (the CLI prints it)."""
+    from bayes_recon.cli import describe_convergence
+
+    capped = attack()
+    assert capped.converged() is False
+    assert "NOT reached" in describe_convergence(capped) and "--steps 12" in describe_convergence(capped)
+    settled = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=CONFIG.__class__(steps=400))
+    assert settled.converged() is True
