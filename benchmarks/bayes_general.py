@@ -614,8 +614,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    synthetic = ("families", "n", "covariates", "restarts", "steps")
-    synthetic_only = [f"--{k}" for k in synthetic if getattr(args, k)]
+    synthetic_options = ("families", "n", "covariates", "restarts", "steps")
+    synthetic_only = [f"--{k}" for k in synthetic_options if getattr(args, k)]
     registry_only = [f"--{k}" for k in ("posteriors", "bootstrap") if getattr(args, k) is not None]
     if args.registry and synthetic_only:
         parser.error(f"{', '.join(synthetic_only)}: for the synthetic suite only, not with --registry")
