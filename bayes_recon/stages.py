@@ -82,7 +82,6 @@ def response_predictor(
     if not sites:
         return set(), None
     noise = jnp.zeros((3, len(layout.coordinates_of(set(sites)))))
-
     continuous = {k: v for k, v in probe.items() if jnp.issubdtype(jnp.result_type(v), jnp.floating)}
 
     def total(columns: Mapping[str, Array]) -> Array:

@@ -338,20 +338,15 @@ NORMAL_REGRESSION = LinearGaussian(
 )
 
 
-def regression_statistics(columns: Mapping[str, Any], weights: np.ndarray) -> dict[str, Any]:
-    design, y = _regression_design(columns)
-    weighted = weights[:, None] * design
-    return {"N": weights.sum(), "XtX": design.T @ weighted, "Xty": weighted.T @ y, "yty": weights @ y**2}
-
-
 def oracle_statistics(result: br.Reconstruction, data: Dataset) -> dict[str, Any]:
     """The normal family's oracle, the exact minimiser of the same objective over the statistics (N,
     XᵀX, Xᵀy, yᵀy; ``bayes_recon.oracle``): its error against the truth is what the draws allow, the
     attack's distance to it the optimiser's share. Errors as ``linear_model_errors`` (scale-free)."""
     oracle = {k: np.asarray(v, float) for k, v in oracle_for(result, NORMAL_REGRESSION).statistics.items()}
     measure = result.measure
-    estimate = regression_statistics(measure.points, measure.weights)
-    truth = regression_statistics({"X": data.X, "y": data.y}, np.ones(len(data.y)))
+    estimate = measure.linear_model_statistics(*_regression_design(measure.points))
+    true_data = br.WeightedMeasure({"X": data.X, "y": data.y}, np.ones(len(data.y)))
+    truth = true_data.linear_model_statistics(*_regression_design(true_data.points))
     return {
         "oracle_sufficient_error": np.abs(oracle["Xty"] / truth["Xty"] - 1),  # Σ y, Σ y·x_j
         "vs_oracle": br.linear_model_errors(estimate, oracle),
