@@ -67,14 +67,15 @@ def lower(
     function: Callable,
     args: tuple,
     identity: Mapping[str, Any],
-    model_calls: Sequence[tuple[Callable, tuple]],
+    model_calls: Callable[[], Sequence[tuple[Callable, tuple]]],
 ) -> jax.stages.Lowered:
     """``jax.jit(function).lower(*args)``, through a kept program when there is one (and keeping it
-    when there is none). Without the cache, or where a program cannot be exported, it is traced as is."""
+    when there is none). Without the cache, or where a program cannot be exported, it is traced as is.
+    ``model_calls()`` gives the key's model calls; it runs only when the cache is on."""
     where = folder()
     if where is None:
         return jax.jit(function).lower(*args)
-    path = where / f"{program_key(identity, model_calls)}.jaxexport"
+    path = where / f"{program_key(identity, model_calls())}.jaxexport"
     try:
         program = jax.export.deserialize(bytearray(path.read_bytes())) if path.is_file() else None
         if program is not None:

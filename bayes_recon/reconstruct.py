@@ -310,12 +310,16 @@ def reconstruct(
     if len(finished) < rounds:
         compiling = time.perf_counter()
         cpu = jax.default_backend() == "cpu"
-        data, weights = pseudo.measure(layout, begin.params, bases[0])  # the program's own sizes
-        model_calls = (  # where the program calls into the user's model, derivative rules included
-            (weighted.log_density, (theta[0], data, weights)),
-            (jax.hessian(weighted.log_density), (theta[0], data, weights)),
-            (begin.with_responses, (begin.params.cloud, bases[0])),
-        )
+
+        def model_calls() -> tuple:
+            """Where the program calls into the user's model, derivative rules included, at its sizes."""
+            data, weights = pseudo.measure(layout, begin.params, bases[0])
+            return (
+                (weighted.log_density, (theta[0], data, weights)),
+                (jax.hessian(weighted.log_density), (theta[0], data, weights)),
+                (begin.with_responses, (begin.params.cloud, bases[0])),
+            )
+
         lowered = programs.lower(
             attack_round, (bases[:at_once], keys[:at_once], z, coarse_draws), attack, model_calls
         )
