@@ -6,15 +6,19 @@ start: responses drawn from the model's predictive at the posterior mean, orders
 the covariates and the mass from a grid → optimise the pseudo-data in two stages (the cloud alone
 by Newton, then every point and weight by L-BFGS; the start and the stages are
 :mod:`bayes_recon.stages`), the restarts in rounds of one compiled program each (one restart per
-round on a CPU, all batched by ``vmap`` on an accelerator; each round can be kept in a checkpoint)
+round on a CPU, all batched by ``vmap`` on an accelerator; on a CPU the rounds run side by side,
+one per core as memory allows; each round can be kept in a checkpoint)
 → keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history.
 This module holds that orchestration: the configuration, the rounds, the result.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from functools import cached_property, partial
 from pathlib import Path
@@ -65,11 +69,12 @@ class ReconConfig:
     ``batch_size``: minibatches of draws in that last stage (forces Adam; no polish); ``max_draws``
     keeps the first draws only. Every stage stops early once the objective stops changing.
 
-    ``restarts_at_once``: restarts batched together (``vmap``) in one round; the rounds are calls,
-    one after another, of one compiled program. Default: all at once on an accelerator, one at a time on
-    a CPU, where batching gains no arithmetic speed, makes every early-stopping loop run until the
-    slowest restart stops, and takes longer to trace and compile (kidiq at M = 50: 7.6 s to run and
-    21.9 s to compile one at a time, 10.3 s and 26.7 s batched).
+    ``restarts_at_once``: restarts batched together (``vmap``) in one round; the rounds are calls
+    of one compiled program. Default: all at once on an accelerator, one at a time on a CPU, where
+    batching gains no arithmetic speed, makes every early-stopping loop run until the slowest
+    restart stops, and takes longer to trace and compile (kidiq at M = 50: 7.6 s to run and 21.9 s
+    to compile one at a time, 10.3 s and 26.7 s batched). On a CPU the rounds run side by side
+    instead, one per core as memory allows, to the same result.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -312,11 +317,13 @@ def reconstruct(
         cpu = jax.default_backend() == "cpu"
 
         def model_calls() -> tuple:
-            """Where the program calls into the user's model, derivative rules included, at its sizes."""
-            data, weights = pseudo.measure(layout, begin.params, bases[0])
+            """Where the program calls into the user's model, derivative rules included, at its sizes
+            (shapes only: a jaxpr holds no argument's value)."""
+            data, weights = jax.eval_shape(partial(pseudo.measure, layout), begin.params, bases[0])
+            draw = jax.ShapeDtypeStruct(theta.shape[1:], theta.dtype)
             return (
-                (weighted.log_density, (theta[0], data, weights)),
-                (jax.hessian(weighted.log_density), (theta[0], data, weights)),
+                (weighted.log_density, (draw, data, weights)),
+                (jax.hessian(weighted.log_density), (draw, data, weights)),
                 (begin.with_responses, (begin.params.cloud, bases[0])),
             )
 
@@ -326,15 +333,39 @@ def reconstruct(
         compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
         compile_seconds = time.perf_counter() - compiling
     _report(progress, len(finished) * at_once, config.restarts)  # compiled (or all found): running
-    for index in (i for i in range(rounds) if i not in finished):
+
+    def run(index: int) -> dict[str, np.ndarray]:
         # The last round is filled up with restarts again and cut back: one compiled shape.
         batch = np.arange(index * at_once, (index + 1) * at_once) % config.restarts
-        finished[index] = _round_arrays(
+        return _round_arrays(
             _run_round(compiled, bases[batch], keys[batch], z, coarse_draws, at_once, n_points)
         )
+
+    def keep(index: int, arrays: dict[str, np.ndarray]) -> None:
+        finished[index] = arrays
         if store is not None:
-            store.save(index, finished[index])
-        _report(progress, len(finished) * at_once, config.restarts)
+            store.save(index, arrays)
+
+    pending = [i for i in range(rounds) if i not in finished]
+    if pending:
+        # A round starts only when one ends, so that a stop (an error, an interrupt, the progress
+        # callback raising) leaves no round started after it; those running finish and are kept.
+        side_by_side = _rounds_side_by_side(compiled, len(pending), cpu)
+        pool, waiting = ThreadPoolExecutor(side_by_side), iter(pending)
+        running = {pool.submit(run, index): index for index in itertools.islice(waiting, side_by_side)}
+        try:
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    keep(running.pop(future), future.result())
+                    _report(progress, len(finished) * at_once, config.restarts)
+                    if (index := next(waiting, None)) is not None:
+                        running[pool.submit(run, index)] = index
+        finally:
+            pool.shutdown()
+            for future, index in running.items():
+                if future.exception() is None:
+                    keep(index, future.result())
     outputs = [finished[i] for i in range(rounds)]
     arrays = {k: np.concatenate([out[k] for out in outputs])[: config.restarts] for k in outputs[0]}
     values, final = arrays["objective"], arrays["final"]
@@ -406,6 +437,29 @@ def _run_round(
             f"({str(err).splitlines()[0]}). Use fewer points (--points), fewer draws (--max-draws), "
             "one restart at a time (--restarts-at-once 1), or minibatches of draws (--batch-size)."
         ) from err
+
+
+def _rounds_side_by_side(compiled: Any, pending: int, cpu: bool) -> int:
+    """How many rounds run at once, each in its own thread: on a CPU one per core this process may
+    use (a round's program runs mostly on one core), as many as fit in half the memory available
+    now by XLA's own count of the program's working memory; one on an accelerator. The result does
+    not depend on it: every round is the same program on its own inputs."""
+    if not cpu:
+        return 1
+    stats = compiled.memory_analysis()
+    need = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
+    fits = _available_memory() // (2 * need) if need > 0 else pending
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return int(max(1, min(pending, cores, fits)))
+
+
+def _available_memory() -> int:
+    """Bytes of memory available to new allocations now: Linux's MemAvailable, elsewhere half the memory."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
 
 
 def _round_arrays(outputs: tuple) -> dict[str, np.ndarray]:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC, NUTS
+from numpyro.infer import NUTS
 
 from bayes_recon.divergence import Coordinates
 from bayes_recon.precision import float64
@@ -166,11 +166,11 @@ def round_trip(
     data = {k: jnp.asarray(v) for k, v in points.items()}
     w = jnp.asarray(weights, dtype=float)
 
-    def log_q(z: jax.Array) -> jax.Array:
+    def log_q(z: jax.Array, data: Mapping[str, jax.Array], w: jax.Array) -> jax.Array:
         return setup.weighted_model.log_density(release.shift + release.scale @ z, data, w)
 
     nan = np.full(theta_p.shape[1], np.nan)
-    sampled = _nuts(log_q, theta_p.shape[1], config)
+    sampled = _nuts(log_q, (data, w), theta_p.shape[1], config)
     if sampled.failure:
         return SelfCheck(False, nan, nan, float("nan"), float("nan"), names, (sampled.failure,))
     theta_q = np.asarray(release.shift + sampled.z @ release.scale.T)
@@ -224,26 +224,34 @@ class Sampled(NamedTuple):
     failure: str  # why there are no usable draws ("" when there are)
 
 
-def _nuts(log_q: Callable[[jax.Array], jax.Array], dim: int, config: SelfCheckConfig) -> Sampled:
-    """NUTS on the whitened coordinates, one chain from z = 0 (the released draws' mean)."""
+def _nuts(log_q: Callable[..., jax.Array], args: tuple, dim: int, config: SelfCheckConfig) -> Sampled:
+    """NUTS on the whitened coordinates, one chain from z = 0 (the released draws' mean): what NumPyro's
+    ``MCMC.run`` does, as one compiled program (its eager start alone was about a hundred small
+    programs). ``log_q(z, *args)``: the pseudo-data (arguments, not constants, so that another
+    reconstruction of the same shapes runs the same program)."""
     start = jnp.zeros(dim)
-    if not np.isfinite(float(jax.jit(log_q)(start))):
+    if not np.isfinite(float(jax.jit(log_q)(start, *args))):
         return Sampled(
             np.empty((0, dim)),
             1.0,
             "the pseudo-data's posterior density is not finite at the released draws' mean "
             "(the weights or points leave the model's support)",
         )
-    mcmc = MCMC(
-        NUTS(potential_fn=lambda z: -log_q(z)),
-        num_warmup=config.warmup,
-        num_samples=config.samples,
-        num_chains=1,
-        progress_bar=False,
-    )
-    mcmc.run(jax.random.PRNGKey(config.seed), init_params=start, extra_fields=("diverging",))
-    z = np.asarray(mcmc.get_samples())
-    divergent = float(np.mean(np.asarray(mcmc.get_extra_fields()["diverging"])))
+
+    @jax.jit
+    def chain(key: jax.Array, args: tuple) -> tuple[jax.Array, jax.Array]:
+        kernel = NUTS(potential_fn=lambda z: -log_q(z, *args))
+        state = kernel.init(key, config.warmup, init_params=start, model_args=(), model_kwargs={})
+
+        def transition(state: Any, _: None) -> tuple[Any, tuple[jax.Array, jax.Array]]:
+            state = kernel.sample(state, (), {})
+            return state, (state.z, state.diverging)
+
+        _, (z, diverging) = jax.lax.scan(transition, state, length=config.warmup + config.samples)
+        return z[config.warmup :], diverging[config.warmup :]
+
+    z, diverging = (np.asarray(a) for a in chain(jax.random.PRNGKey(config.seed), args))
+    divergent = float(np.mean(diverging))
     if not np.all(np.isfinite(z)):
         return Sampled(
             z,
