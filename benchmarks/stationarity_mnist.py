@@ -7,7 +7,10 @@
 
 Training and the attack checkpoint under ``--work`` and resume when rerun. On a CPU the paper
 config trains and attacks for a few steps, projects the full time and stops unless ``--full``.
-Every mode prints a table and writes JSON (``--json``, default ``results/<name>.json``).
+Every mode prints a table and writes JSON (``--json``, default ``results/<name>.json``). Beside the
+SSIM counts: how many training images the reconstruction matches better than an adversary without
+the model does (``public_baseline``: per image, the best SSIM of its class's mean public image and
+of the 5 public images nearest to it, out of 2,000 test images the target never saw).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from nn_recon.attacks.stationarity import (
     stationary_points,
 )
 from nn_recon.data import make_task
-from nn_recon.metrics import MatchConfig, match
+from nn_recon.metrics import BaselineComparison, MatchConfig, match, public_baseline
 from nn_recon.models import Architecture, SurrogateReLU, build_network, margins
 from nn_recon.pipeline import attack_stationarity
 from nn_recon.report import save_match_grid
@@ -99,6 +102,10 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
     classes = np.unique(model.train_labels)
     class_means = np.stack([model.train_images[model.train_labels == c].mean(0) for c in classes])
     baseline = match(class_means, model.train_images, recon_labels=classes, train_labels=model.train_labels)
+    public_images = public_sample(test, PUBLIC_SIZE)
+    public = BaselineComparison(
+        matched.ssim, public_baseline(model.train_images, model.train_labels, *public_images)
+    )
     return {
         "n": len(model.train_labels),
         "architecture": model.architecture.spec,
@@ -109,6 +116,7 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
         "successes_contrast_stretched": {str(k): v for k, v in stretched.successes().items()},
         "distinct_reconstructions": {str(k): v for k, v in matched.distinct().items()},
         "class_mean_baseline_successes": {str(k): v for k, v in baseline.successes().items()},
+        "public_baseline": {"public_images": PUBLIC_SIZE, **public.to_json()},
         "reconstructions_kept": len(result.measure),
         "diverged_runs": result.diverged,
         "train_seconds_this_call": trained - started,
@@ -118,6 +126,20 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
         "run_losses": [run.meta["loss"] for run in result.runs],
         "grid": str(grid),
     }
+
+
+PUBLIC_SIZE = 2000  # as in stationarity_user_network.py
+
+
+def public_sample(test, count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` test images (which the target never saw), equally many per class: the public set of
+    the baseline an adversary reaches without the model (``nn_recon.metrics.public_baseline``)."""
+    rng = np.random.default_rng(seed)
+    classes = np.unique(test.labels)
+    keep = np.concatenate(
+        [rng.choice(np.flatnonzero(test.labels == c), count // len(classes), replace=False) for c in classes]
+    )
+    return test.images[keep], test.labels[keep]
 
 
 def project_paper_time(bench: Benchmark, short: int = 2, long: int = 6) -> dict:

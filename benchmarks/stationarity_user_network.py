@@ -15,10 +15,12 @@ project's own format. The training set goes to ``train.npz`` and a public set (t
 the targets never saw) to ``public.npz``. Then, per network, through the CLI::
 
     nn-recon stationarity --model user_networks.py:MLP --weights mlp.pt --input-shape 1,28,28 \\
-        --classes 2 --points 2n --out mlp-recon
+        --classes 2 --centre public.npz --points 2n --out mlp-recon
     nn-recon match --recon mlp-recon --train-data train.npz --public public.npz
 
-and it prints the training images reconstructed at SSIM ≥ 0.4 and those whose reconstruction beats
+(``--centre``: the candidates start around the public images' mean, the adversary's estimate of
+the training mean, as they start around the training mean for nn-recon's own networks), and it
+prints the training images reconstructed at SSIM ≥ 0.4 and those whose reconstruction beats
 the public baseline (the best SSIM of the public class mean and the nearest public images), and
 writes everything to ``<work>/summary.json``. Full run (about half an hour per network on one
 CPU thread)::
@@ -149,6 +151,7 @@ def attack(name: str, work: Path, settings: Settings, fresh: bool) -> dict:
     cli(
         "stationarity", "--model", f"{work / 'user_networks.py'}:{name}",
         "--weights", str(work / f"{name}.pt"), "--input-shape", "1,28,28", "--classes", "2",
+        "--centre", str(work / "public.npz"),
         "--points", str(4 * settings.per_class),
         "--runs", str(settings.runs), "--steps", str(settings.attack_steps), "--device", settings.device,
         "--seed", str(settings.seed), "--out", str(recon), *(["--fresh"] if fresh else []),

@@ -182,6 +182,13 @@ def _stationarity_arguments(p: argparse.ArgumentParser) -> None:
     from nn_recon.train import DTYPES
 
     _add_network_arguments(p, required=True)
+    p.add_argument(
+        "--centre",
+        metavar="IMAGES.npz",
+        help="your network: start the candidates around the mean of these images (arrays images, labels; "
+        "public images of the training data's distribution estimate its mean), as the attack does for "
+        "nn-recon's own networks (default: around a black image)",
+    )
     ranges = {name: _range for name in ("lr", "init_scale", "lambda_min", "beta")}
     choices = {"objective": OBJECTIVES, "dtype": tuple(DTYPES), **_devices()}
     add_config_options(p, StationarityConfig, STATIONARITY_OPTIONS, types=ranges, choices=choices)
@@ -203,7 +210,7 @@ def _stationarity(args: argparse.Namespace) -> int:
 
     config = config_from(args, StationarityConfig)
     resolve_device(config.device)  # an unavailable device is refused before the model is read
-    target = load_target(args.model, args.weights, args.input_shape, args.classes)
+    target = load_target(args.model, args.weights, args.input_shape, args.classes, args.centre)
     result = attack_stationarity(target, config, args.out, fresh=args.fresh)
     for run in result.runs:
         meta = run.meta

@@ -109,22 +109,25 @@ def load_target(
     weights: str | None = None,
     input_shape: tuple[int, ...] | None = None,
     classes: int | None = None,
+    centre: str | None = None,
 ) -> TrainedModel | AttackTarget:
     """``--model`` of nn-recon stationarity as the attack's target: a model file of nn-recon train, a
-    .pt2, or FILE.py:NAME with its ``weights``."""
+    .pt2, or FILE.py:NAME with its ``weights``; ``centre``, an .npz of images whose mean image the
+    attack starts its candidates from (see :class:`~nn_recon.attacks.stationarity.Recentred`)."""
     if not is_user_network(model):
-        given = {"weights": weights, "input_shape": input_shape, "classes": classes}
+        given = {"weights": weights, "input_shape": input_shape, "classes": classes, "centre": centre}
         flags = ", ".join("--" + flag.replace("_", "-") for flag, value in given.items() if value is not None)
         if flags:
             raise ReconError(f"{flags} go with --model FILE.py:NAME or a .pt2; {model} carries its own")
         return load_model(model)
+    mean = None if centre is None else load_images(Path(centre), "--centre")[0].mean(axis=0)
     if model.endswith(".pt2"):
         network, shape = load_exported(model)
-        return as_target(network, input_shape or shape, classes, file_digest(model))
+        return as_target(network, input_shape or shape, classes, file_digest(model), mean)
     if not weights:
         raise ReconError(f"--model {model} needs --weights, the state_dict of the trained network")
     network = load_user_network(model, weights)
-    return as_target(network, input_shape, classes, file_digest(model.rpartition(":")[0], weights))
+    return as_target(network, input_shape, classes, file_digest(model.rpartition(":")[0], weights), mean)
 
 
 @dataclass(frozen=True)

@@ -141,20 +141,43 @@ def _weights_digest(network: nn.Module, source: str) -> str:
     return digest.hexdigest()
 
 
+class Recentred(nn.Module):
+    """A classifier of images in [0, 1] seen from ``centre``: ``forward(x) = network(x + centre)``.
+
+    The attack works on images centred by a mean image, as nn-recon's own networks take them, and
+    starts its candidates near 0: near the mean. A user's network takes the images themselves, so
+    without a centre the candidates start near a black image. An adversary has a fair estimate of
+    the training mean, the mean of public images from the same distribution.
+    """
+
+    def __init__(self, network: nn.Module, centre: np.ndarray) -> None:
+        super().__init__()
+        self.network = network
+        self.register_buffer("centre", torch.as_tensor(np.asarray(centre, np.float32)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x + self.centre)
+
+
 def as_target(
     model: TrainedModel | nn.Module | AttackTarget,
     input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None,
     source: str = "",
+    centre: np.ndarray | None = None,
 ) -> AttackTarget:
     """The attack's view of a model trained by nn-recon or of any classifier ``nn.Module``.
 
     For a module, ``input_shape`` and ``num_classes`` default to what the module shows (see
-    :mod:`nn_recon.user_model`); ``source`` (e.g. a hash of its Python file) joins its identity.
+    :mod:`nn_recon.user_model`); ``source`` (e.g. a hash of its Python file) joins its identity;
+    ``centre``, an image of that shape in [0, 1], is where the candidates start (:class:`Recentred`;
+    default: a black image). A model trained by nn-recon carries its own (its training mean).
     """
     if isinstance(model, AttackTarget):
         return model
     if isinstance(model, TrainedModel):
+        if centre is not None:
+            raise ReconError("a model trained by nn-recon starts from its own training mean; drop the centre")
         return AttackTarget(
             model.network,
             model.architecture.input_shape,
@@ -173,7 +196,16 @@ def as_target(
     if num_classes is not None:
         require_at_least(2, classes=num_classes)
     classes = check_classes(output_width(model, shape), num_classes)
-    mean = np.zeros(shape, np.float32)
+    if centre is None:
+        mean = np.zeros(shape, np.float32)
+    else:
+        mean = np.asarray(centre, np.float32)
+        if mean.shape != shape or not np.all((mean >= 0) & (mean <= 1)):
+            raise ReconError(
+                f"the centre must be one image of the network's input shape {shape} in [0, 1], got shape "
+                f"{mean.shape}; pass images of the training data's size and range"
+            )
+        model = Recentred(model, mean)
     return AttackTarget(model, shape, classes, mean, None, _weights_digest(model, source))
 
 

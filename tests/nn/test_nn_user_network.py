@@ -12,9 +12,9 @@ from torch import nn
 
 from nn_recon.attacks.stationarity import StationarityConfig, StationarityLoss, as_target, stationary_points
 from nn_recon.cli import main
-from nn_recon.models import SurrogateReLU
+from nn_recon.models import Architecture, SurrogateReLU, build_network
 from nn_recon.pipeline import attack_stationarity
-from nn_recon.train import resolve_device
+from nn_recon.train import TrainedModel, resolve_device
 from recon_core.errors import ReconError
 
 SOURCE = """
@@ -60,6 +60,7 @@ def user_files(tmp_path_factory):
     for name, n in (("train.npz", 6), ("public.npz", 20)):
         images = rng.random((n, 1, 8, 8)).astype(np.float32)
         np.savez(folder / name, images=images, labels=np.arange(n) % 2)
+    np.savez(folder / "big.npz", images=np.zeros((2, 1, 9, 9), np.float32), labels=np.zeros(2, int))
     return folder
 
 
@@ -123,6 +124,24 @@ def test_a_module_goes_into_the_api_directly(tmp_path):
     assert (target.input_shape, target.num_classes) == ((1, 4, 4), 3)
 
 
+def test_a_centre_starts_the_candidates_around_it_and_the_network_sees_the_images_themselves(user_files):
+    namespace: dict = {}
+    exec(SOURCE, namespace)
+    network = namespace["TinyCNN"]()
+    centre = np.full((1, 8, 8), 0.25, np.float32)
+    target = as_target(network, (1, 8, 8), source="nets.py", centre=centre)
+    x = torch.rand(3, 1, 8, 8) - 0.25  # centred images
+    torch.testing.assert_close(target.network(x), network(x + 0.25))
+    assert target.identity != as_target(network, (1, 8, 8), source="nets.py").identity
+    config = StationarityConfig(points=4, runs=1, steps=1, init_scale=(1e-6, 1e-6), device="cpu")
+    images = stationary_points(target, config).measure.points["image"]
+    np.testing.assert_allclose(images, 0.25, atol=0.02)  # one Adam step (lr ≤ 0.01) from the centre
+    architecture = Architecture("mlp", (4,), (1, 8, 8), 1)
+    own = TrainedModel(build_network(architecture, seed=0), centre, ("odd", "even"), 0.0, 0)
+    with pytest.raises(ReconError, match="its own training mean"):  # nn-recon's model carries its mean
+        as_target(own, centre=centre)
+
+
 def test_surrogate_relu_reaches_every_relu_and_keeps_its_values():
     namespace: dict = {}
     exec(SOURCE, namespace)
@@ -140,6 +159,7 @@ def test_surrogate_relu_reaches_every_relu_and_keeps_its_values():
     assert (slopes[0] - slopes[1]).abs().max() > 1e-4  # nn.ReLU(inplace=True) was replaced
 
 
+CNN = "--model nets.py:TinyCNN --weights weights0.pt --input-shape 1,8,8"
 BAD_USER_INPUT = [
     ("--model nets.py:TinyCNN --out r", "needs --weights"),
     ("--model nets.py:Missing --weights weights0.pt --out r", "defines no class or function named 'Missing'"),
@@ -151,6 +171,9 @@ BAD_USER_INPUT = [
     ("--model nets.py:TinyCNN --weights weights1.pt --input-shape 1,8,8 --out recon", "of another model"),
     ("--model nets.py:TinyCNN --weights train.npz --input-shape 1,8,8 --out r", "is not a state_dict"),
     ("--model missing.pt2 --out r", "exported program missing.pt2 does not exist"),
+    (f"{CNN} --centre big.npz --out r", "(1, 8, 8)"),
+    (f"{CNN} --centre no.npz --out r", "no.npz does not exist"),
+    (f"{CNN} --centre public.npz --out recon", "of another model"),  # the centre is part of the target
     ("--model nets.py:TinyCNN --weights weights0.pt --device cuda --out r", "no CUDA device is available"),
 ]
 
