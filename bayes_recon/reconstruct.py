@@ -74,7 +74,8 @@ class ReconConfig:
     batching gains no arithmetic speed, makes every early-stopping loop run until the slowest
     restart stops, and takes longer to trace and compile (kidiq at M = 50: 7.6 s to run and 21.9 s
     to compile one at a time, 10.3 s and 26.7 s batched). On a CPU the rounds run side by side
-    instead, one per core as memory allows, to the same result.
+    instead, each in a thread: ``rounds_at_once`` of them, by default one per core as memory allows;
+    the result is the same (it is left out of the checkpoint's fingerprint).
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -87,12 +88,14 @@ class ReconConfig:
     steps: int = 150
     restarts: int = 2
     restarts_at_once: int | None = None
+    rounds_at_once: int | None = None
     batch_size: int | None = None
     max_draws: int | None = None
 
     def __post_init__(self) -> None:
         at_least_one = (
-            "n_slices", "coarse_draws", "steps", "restarts", "restarts_at_once", "batch_size", "max_draws"
+            "n_slices", "coarse_draws", "steps", "restarts", "restarts_at_once", "rounds_at_once",
+            "batch_size", "max_draws",
         )  # fmt: skip
         for name in at_least_one:
             value = getattr(self, name)
@@ -350,7 +353,7 @@ def reconstruct(
     if pending:
         # A round starts only when one ends, so that a stop (an error, an interrupt, the progress
         # callback raising) leaves no round started after it; those running finish and are kept.
-        side_by_side = _rounds_side_by_side(compiled, len(pending), cpu)
+        side_by_side = _rounds_side_by_side(compiled, len(pending), cpu, config.rounds_at_once)
         pool, waiting = ThreadPoolExecutor(side_by_side), iter(pending)
         running = {pool.submit(run, index): index for index in itertools.islice(waiting, side_by_side)}
         try:
@@ -435,31 +438,49 @@ def _run_round(
             f"out of memory: {at_once} restart(s) at once × {n_points} points per stratum × "
             f"{draws.shape[0]} draws × {draws.shape[1]} parameters did not fit "
             f"({str(err).splitlines()[0]}). Use fewer points (--points), fewer draws (--max-draws), "
-            "one restart at a time (--restarts-at-once 1), or minibatches of draws (--batch-size)."
+            "one restart at a time (--restarts-at-once 1 --rounds-at-once 1), or minibatches of draws "
+            "(--batch-size)."
         ) from err
 
 
-def _rounds_side_by_side(compiled: Any, pending: int, cpu: bool) -> int:
-    """How many rounds run at once, each in its own thread: on a CPU one per core this process may
-    use (a round's program runs mostly on one core), as many as fit in half the memory available
-    now by XLA's own count of the program's working memory; one on an accelerator. The result does
-    not depend on it: every round is the same program on its own inputs."""
+def _rounds_side_by_side(compiled: Any, pending: int, cpu: bool, asked: int | None) -> int:
+    """How many rounds run at once, each in its own thread: ``asked`` if given; else on a CPU one per
+    core this process may use (a round's program runs mostly on one core), as many as fit in half
+    the memory available now by XLA's own count of the program's working memory (one where XLA
+    gives no count); one on an accelerator. The result does not depend on it: every round is the
+    same program on its own inputs."""
+    if asked is not None:
+        return min(asked, pending)
     if not cpu:
         return 1
-    stats = compiled.memory_analysis()
-    need = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
+    try:
+        stats = compiled.memory_analysis()
+        need = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
+    except (AttributeError, NotImplementedError, RuntimeError):  # None, or a backend without the count
+        return 1
     fits = _available_memory() // (2 * need) if need > 0 else pending
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return int(max(1, min(pending, cores, fits)))
 
 
 def _available_memory() -> int:
-    """Bytes of memory available to new allocations now: Linux's MemAvailable, elsewhere half the memory."""
+    """Bytes of memory available to new allocations now: Linux's MemAvailable, within a container's
+    limit (cgroup v2); elsewhere half the machine's memory, or 0 where not even that is known."""
     try:
         with open("/proc/meminfo") as meminfo:
-            return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+            free = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
     except (OSError, StopIteration):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        except (AttributeError, OSError, ValueError):
+            return 0
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            free = min(free, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return max(free, 0)
 
 
 def _round_arrays(outputs: tuple) -> dict[str, np.ndarray]:

@@ -227,8 +227,8 @@ class Sampled(NamedTuple):
 def _nuts(log_q: Callable[..., jax.Array], args: tuple, dim: int, config: SelfCheckConfig) -> Sampled:
     """NUTS on the whitened coordinates, one chain from z = 0 (the released draws' mean): what NumPyro's
     ``MCMC.run`` does, as one compiled program (its eager start alone was about a hundred small
-    programs). ``log_q(z, *args)``: the pseudo-data (arguments, not constants, so that another
-    reconstruction of the same shapes runs the same program)."""
+    programs). ``log_q(z, *args)``: the pseudo-data are arguments, not constants, so that another
+    reconstruction of the same release and shapes finds the compiled chain in the persistent cache."""
     start = jnp.zeros(dim)
     if not np.isfinite(float(jax.jit(log_q)(start, *args))):
         return Sampled(

@@ -174,6 +174,8 @@ def as_target(
     default: a black image). A model trained by nn-recon carries its own (its training mean).
     """
     if isinstance(model, AttackTarget):
+        if centre is not None:
+            raise ReconError("this target has its centre already; drop the centre")
         return model
     if isinstance(model, TrainedModel):
         if centre is not None:
@@ -196,17 +198,17 @@ def as_target(
     if num_classes is not None:
         require_at_least(2, classes=num_classes)
     classes = check_classes(output_width(model, shape), num_classes)
+    identity = _weights_digest(model, source)
     if centre is None:
-        mean = np.zeros(shape, np.float32)
-    else:
-        mean = np.asarray(centre, np.float32)
-        if mean.shape != shape or not np.all((mean >= 0) & (mean <= 1)):
-            raise ReconError(
-                f"the centre must be one image of the network's input shape {shape} in [0, 1], got shape "
-                f"{mean.shape}; pass images of the training data's size and range"
-            )
-        model = Recentred(model, mean)
-    return AttackTarget(model, shape, classes, mean, None, _weights_digest(model, source))
+        return AttackTarget(model, shape, classes, np.zeros(shape, np.float32), None, identity)
+    mean = np.asarray(centre, np.float32)
+    if mean.shape != shape or not np.all((mean >= 0) & (mean <= 1)):  # NaN (no images) fails too
+        raise ReconError(
+            f"the centre must be one image of the network's input shape {shape} with pixels in [0, 1], "
+            f"got shape {mean.shape}; pass a non-empty set of images of the training data's size and range"
+        )
+    identity = hashlib.sha256(identity.encode() + mean.tobytes()).hexdigest()
+    return AttackTarget(Recentred(model, mean), shape, classes, mean, None, identity)
 
 
 @dataclass(frozen=True)

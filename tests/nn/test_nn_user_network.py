@@ -133,6 +133,9 @@ def test_a_centre_starts_the_candidates_around_it_and_the_network_sees_the_image
     x = torch.rand(3, 1, 8, 8) - 0.25  # centred images
     torch.testing.assert_close(target.network(x), network(x + 0.25))
     assert target.identity != as_target(network, (1, 8, 8), source="nets.py").identity
+    other_class = type("Other", (type(network),), {})()  # another class with the same weights
+    other_class.load_state_dict(network.state_dict())
+    assert target.identity != as_target(other_class, (1, 8, 8), source="nets.py", centre=centre).identity
     config = StationarityConfig(points=4, runs=1, steps=1, init_scale=(1e-6, 1e-6), device="cpu")
     images = stationary_points(target, config).measure.points["image"]
     np.testing.assert_allclose(images, 0.25, atol=0.02)  # one Adam step (lr ≤ 0.01) from the centre
