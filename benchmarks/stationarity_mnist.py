@@ -92,13 +92,16 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
         (work / "model.ckpt").unlink(missing_ok=True)
     test = make_task(bench.train.dataset, bench.train.task, split="test")
     trained = time.perf_counter()
-    result = attack_stationarity(model, bench.attack, work / "recon")
+    seed = bench.attack.seed
+    result = attack_stationarity(model, bench.attack, work / ("recon" if seed == 0 else f"recon-seed{seed}"))
     attacked = time.perf_counter()
     recon = result.measure.points["image"]
     labels = {"recon_labels": result.measure.points["label"], "train_labels": model.train_labels}
     matched = match(recon, model.train_images, **labels)
     stretched = match(recon, model.train_images, **labels, config=MatchConfig(stretch=True))
-    grid = save_match_grid(matched, recon, model.train_images, work / "match.png")
+    grid = save_match_grid(
+        matched, recon, model.train_images, work / ("match.png" if seed == 0 else f"match-seed{seed}.png")
+    )
     classes = np.unique(model.train_labels)
     class_means = np.stack([model.train_images[model.train_labels == c].mean(0) for c in classes])
     baseline = match(class_means, model.train_images, recon_labels=classes, train_labels=model.train_labels)
@@ -249,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch threads (1 was fastest on the shared box)"
     )
     parser.add_argument("--full", action="store_true", help="run the paper config even without a GPU")
+    parser.add_argument(
+        "--attack-seed", type=int, default=0, help="the attack's seed (its runs' settings and starts)"
+    )
     parser.add_argument("--work", help="folder for the model, checkpoints and runs (default results/<name>)")
     parser.add_argument("--json", help="where to write the results (default results/<name>.json)")
     args = parser.parse_args(argv)
@@ -273,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
                 replace(bench.train, task="multiclass", per_class=bench.train.per_class // 5), bench.attack
             )
         name = f"stationarity_{args.config}_{args.task}"
-        work = Path(args.work or Path("results") / name)
+        work = Path(args.work or Path("results") / name)  # one trained model for every attack seed
+        if args.attack_seed:
+            bench = Benchmark(bench.train, replace(bench.attack, seed=args.attack_seed))
+            name += f"_seed{args.attack_seed}"
         work.mkdir(parents=True, exist_ok=True)
         results = {
             "config": {"train": asdict(bench.train), "attack": asdict(bench.attack)},

@@ -144,9 +144,9 @@ def cli(*argv: str) -> None:
     subprocess.run([sys.executable, "-m", "nn_recon.cli", "--quiet", *argv], check=True)
 
 
-def attack(name: str, work: Path, settings: Settings, fresh: bool) -> dict:
+def attack(name: str, work: Path, settings: Settings, fresh: bool, seed: int) -> dict:
     """nn-recon stationarity and match on one network, through the CLI; the counts from match.json."""
-    recon = work / f"{name.lower()}-recon"
+    recon = work / (f"{name.lower()}-recon" + (f"-seed{seed}" if seed != settings.seed else ""))
     started = time.perf_counter()
     cli(
         "stationarity", "--model", f"{work / 'user_networks.py'}:{name}",
@@ -154,7 +154,7 @@ def attack(name: str, work: Path, settings: Settings, fresh: bool) -> dict:
         "--centre", str(work / "public.npz"),
         "--points", str(4 * settings.per_class),
         "--runs", str(settings.runs), "--steps", str(settings.attack_steps), "--device", settings.device,
-        "--seed", str(settings.seed), "--out", str(recon), *(["--fresh"] if fresh else []),
+        "--seed", str(seed), "--out", str(recon), *(["--fresh"] if fresh else []),
     )  # fmt: skip
     seconds = time.perf_counter() - started
     cli(
@@ -182,6 +182,11 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="seconds-long settings that only prove it runs")
     parser.add_argument("--networks", default="MLP,CNN", help="which of the model file's classes")
     parser.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist")
+    parser.add_argument(
+        "--attack-seed", type=int, default=None,
+        help="attack the same networks with another seed (its runs' settings and starts; default: the "
+        "settings' seed), into <network>-recon-seed<N>",
+    )  # fmt: skip
     parser.add_argument(
         "--data-root", type=Path, default=None,
         help="folder of the IDX files (default for fashion-mnist: /usr/share/datasets/fashion-mnist)",
@@ -212,7 +217,8 @@ def main() -> None:
             record = train(network, images, labels, settings)
             torch.save(network.state_dict(), weights)
             trained.write_text(json.dumps({**made_by, **record}, indent=2))
-        result = {**json.loads(trained.read_text()), **attack(name, work, settings, fresh)}
+        seed = settings.seed if args.attack_seed is None else args.attack_seed
+        result = {**json.loads(trained.read_text()), **attack(name, work, settings, fresh, seed)}
         del result["settings"], result["dataset"]
         summary["networks"][name] = result
         print(
@@ -222,8 +228,10 @@ def main() -> None:
             f"attack {result['attack_seconds']:.0f} s)",
             flush=True,
         )
-    (work / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"wrote {work / 'summary.json'}")
+    summary["attack_seed"] = args.attack_seed
+    out = work / ("summary.json" if args.attack_seed is None else f"summary-seed{args.attack_seed}.json")
+    out.write_text(json.dumps(summary, indent=2))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
