@@ -44,8 +44,8 @@ def response_predictor(
     responses from the model at the posterior mean ``params``, given the pseudo-covariates, puts
     the weighted posterior's location right before any optimisation, whatever the data's scale.
     The sampler takes its standard-normal noise (one column per response coordinate) and maps it
-    through the distribution's quantile function (:func:`bayes_recon.quantile.quantile`; counts have
-    none, and keep their responses in the cloud): with noise that is exactly uncorrelated with the
+    through the distribution's quantile function (:func:`bayes_recon.quantile.quantile`; a count's is
+    a smooth stand-in with its mean and variance): with noise that is exactly uncorrelated with the
     covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
     """
     probe = layout.probe(jax.random.PRNGKey(0), 3)
