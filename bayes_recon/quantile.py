@@ -51,8 +51,10 @@ def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
     if not isinstance(fn.support, constraints._IntegerGreaterThan):
         raise NotImplementedError(f"no quantile for the discrete support {fn.support}")
     low = fn.support.lower_bound
-    mean = jnp.broadcast_to(fn.mean, u.shape) - low
-    log_variance = jnp.log1p(jnp.broadcast_to(fn.variance, u.shape) / mean**2)  # σ² of the log
+    tiny = jnp.finfo(u.dtype).tiny ** 0.25  # a count at its bound, or without spread, stays finite
+    mean = jnp.maximum(jnp.broadcast_to(fn.mean, u.shape) - low, tiny)
+    variance = jnp.maximum(jnp.broadcast_to(fn.variance, u.shape), tiny)
+    log_variance = jnp.log1p(variance / mean**2)  # σ² of the log
     return low + jnp.exp(jnp.log(mean) - log_variance / 2 + jnp.sqrt(log_variance) * ndtri(u))
 
 

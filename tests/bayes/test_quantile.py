@@ -64,3 +64,12 @@ def test_a_counts_quantile_is_a_smooth_stand_in_with_its_mean_and_variance():
     )
     with pytest.raises(NotImplementedError):  # few values are stratified, never relaxed
         quantile(dist.Bernoulli(probs=0.3), LEVELS)
+
+
+def test_a_count_at_its_lower_bound_has_a_finite_quantile_and_derivative():
+    def total(rate: jax.Array) -> jax.Array:
+        return jnp.sum(quantile(dist.Poisson(rate), LEVELS))
+
+    zero = jnp.asarray(0.0)
+    assert np.all(np.isfinite(quantile(dist.Poisson(zero), LEVELS)))
+    assert np.isfinite(jax.grad(total)(zero))
