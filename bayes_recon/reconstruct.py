@@ -353,9 +353,11 @@ def reconstruct(
     if pending:
         # A round starts only when one ends, so that a stop (an error, an interrupt, the progress
         # callback raising) leaves no round started after it; those running finish and are kept.
+        pool, waiting = ThreadPoolExecutor(len(pending)), iter(pending)
+        first = next(waiting)
+        running = {pool.submit(run, first): first}  # the memory count is taken while it runs
         side_by_side = _rounds_side_by_side(compiled, len(pending), cpu, config.rounds_at_once)
-        pool, waiting = ThreadPoolExecutor(side_by_side), iter(pending)
-        running = {pool.submit(run, index): index for index in itertools.islice(waiting, side_by_side)}
+        running |= {pool.submit(run, index): index for index in itertools.islice(waiting, side_by_side - 1)}
         try:
             while running:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
