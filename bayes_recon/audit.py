@@ -187,7 +187,8 @@ def audit_posterior(
         total, "attack", float(full.relative_mmd() or 0.0), _rows(statistics, truth, full.measure, config)
     )
     if spec is None:  # no closed form: attack every smaller release too
-        recon = [dataclasses.replace(config.recon, max_draws=n) for n in counts]
+        # The curve reads each release's errors against the truth: no bootstrap needed there.
+        recon = [dataclasses.replace(config.recon, max_draws=n, bootstrap=0) for n in counts]
         smaller = [
             attack_posterior(problem, database, config.n_points, config.seed, r, progress, kept(str(n)))
             for n, r in zip(counts, recon, strict=True)

@@ -32,6 +32,7 @@ from typing import Any
 from recon_core import command
 from recon_core.command import Subparsers
 from recon_core.errors import ReconError
+from recon_core.headline import number, percent
 
 if typing.TYPE_CHECKING:
     from bayes_recon.leaks import Finding
@@ -54,6 +55,8 @@ CONFIG_OPTIONS = {
     "coordinates": "coordinates of the parameters the divergence is measured in",
     "max_draws": "use at most this many posterior draws (default: all)",
     "batch_size": "minibatch of draws per step (forces Adam; default: every draw)",
+    "bootstrap": "rounds run again on resampled draws, to show how tightly the release determines N "
+    "and the moments (0: none)",
 }
 
 
@@ -208,14 +211,14 @@ def _checkpoint_arguments(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-RESTARTS_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} restarts done {elapsed}"
+ROUNDS_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} rounds done (restarts, then resamples) {elapsed}"
 
 
 class _Progress:
     """The attack's ``progress(done, total)``, drawn on stderr: until the attack is compiled the
     display says "compiling" with the time elapsed (JAX traces and compiles it first), then a bar of
-    restarts done with the time elapsed, kept ticking while a restart runs; between attacks (an
-    audit runs several) it says so again."""
+    rounds done (the restarts', then the bootstrap's) with the time elapsed, kept ticking while a
+    round runs; between attacks (an audit runs several) it says so again."""
 
     def __init__(self, desc: str) -> None:
         self.desc, self.bar, self.lock, self.stop = desc, None, threading.Lock(), threading.Event()
@@ -248,7 +251,7 @@ class _Progress:
                 self.waiting = None
             if self.bar is None:
                 self.bar = tqdm(total=total, desc=self.desc, file=sys.stderr, leave=False, dynamic_ncols=True,
-                                bar_format=RESTARTS_BAR)  # fmt: skip
+                                bar_format=ROUNDS_BAR)  # fmt: skip
             self.bar.total = total
             self.bar.n = done
             self.bar.refresh()
@@ -362,6 +365,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
         )
     _say(f"self-check: {recon.self_check.summary()}")
     _say(f"restarts: {describe_restarts(recon)}")
+    _say(f"bootstrap: {describe_bootstrap(recon)}")
     _say(f"convergence: {describe_convergence(recon)}")
     if args.json:
         _write_json(args.json, attack.to_json())
@@ -508,6 +512,8 @@ def describe_leaks(findings: Sequence[Finding], where: str) -> str:
 
 # Restarts at the same objective whose statistics differ by more than this leave them open.
 RESTARTS_AGREE_BELOW = 0.05
+# Bootstrap replicates whose statistics differ by more than this: the release does not determine them.
+BOOTSTRAP_DETERMINES_BELOW = 0.25
 
 
 def describe_convergence(recon: Any) -> str:
@@ -523,13 +529,31 @@ def describe_convergence(recon: Any) -> str:
     )
 
 
+def _spread_words(recon: Any, spread: dict[str, float]) -> str:
+    """Each statistic of :func:`bayes_recon.reconstruct.statistics_spread` named, with its spread."""
+    labels = [  # the history's coordinates: the free columns flattened, in the measure's order
+        name if len(v.shape) == 1 else f"{name}[{j}]"
+        for name, v in recon.measure.points.items()
+        for j in range(math.prod(v.shape[1:]))
+    ]
+
+    def named(key: str, value: float) -> str:
+        if key == "total_mass":
+            return f"N by {percent(value)}"
+        statistic, index = key.rstrip("]").split("[")
+        size = f"{number(value)} sd" if statistic == "mean" else percent(value)
+        return f"the {statistic} of {labels[int(index)]} by {size}"
+
+    return ", ".join(named(k, v) for k, v in spread.items())
+
+
 def describe_restarts(recon: Any) -> str:
     """Whether the restarts that reached the best objective agree on N and the columns' moments."""
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
     if at_best < 2:
         return (
             f"{at_best} of {total} reached the best objective, so nothing to compare "
-            "(--restarts 2 or more shows how tightly the release determines N and the moments)."
+            "(--restarts 2 or more compares them)."
         )
     spread = recon.restart_spread()
     open_ = {k: v for k, v in spread.items() if v > RESTARTS_AGREE_BELOW}
@@ -538,22 +562,27 @@ def describe_restarts(recon: Any) -> str:
             f"{at_best} of {total} reached the best objective and agree on N and every column's mean "
             f"and sd (largest spread {max(spread.values()):.2%})."
         )
-    labels = [  # the history's coordinates: the free columns flattened, in the measure's order
-        name if len(v.shape) == 1 else f"{name}[{j}]"
-        for name, v in recon.measure.points.items()
-        for j in range(math.prod(v.shape[1:]))
-    ]
-
-    def label(key: str) -> str:
-        if key == "total_mass":
-            return "N"
-        statistic, index = key.rstrip("]").split("[")
-        return f"the {statistic} of {labels[int(index)]}"
-
-    named = ", ".join(f"{label(k)} by {v:.0%}" for k, v in open_.items())
     return (
-        f"{at_best} of {total} reached the best objective but differ on {named}: the release determines "
-        "these only loosely; read them as one data set it cannot tell from the truth, not as the truth."
+        f"{at_best} of {total} reached the best objective but differ on {_spread_words(recon, open_)}: the "
+        "release determines these only loosely; read them as one data set it cannot tell from the truth, "
+        "not as the truth."
+    )
+
+
+def describe_bootstrap(recon: Any) -> str:
+    """How far the attack's statistics move when it is run again on resampled draws."""
+    spread = recon.bootstrap_spread()
+    if spread is None:
+        return "not run (--bootstrap 2 or more shows how tightly the release determines N and the moments)."
+    runs = f"the attack run again on {len(recon.bootstrap['objective'])} resamples of the draws"
+    if not all(map(math.isfinite, spread.values())):
+        return f"{runs} did not finish on every resample (its objective became non-finite)."
+    loose = {k: v for k, v in spread.items() if v > BOOTSTRAP_DETERMINES_BELOW}
+    if not loose:
+        return f"{runs} moves {_spread_words(recon, spread)}: the release determines them about that tightly."
+    return (
+        f"{runs} moves {_spread_words(recon, loose)}: the release does NOT determine these; read their "
+        "values as one data set it cannot tell from the truth, not as the truth."
     )
 
 

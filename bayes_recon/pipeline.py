@@ -100,6 +100,7 @@ class PosteriorAttack:
             "relative_mmd_model_kernel": jsonable(self.relative_mmd()),
             "self_check": jsonable(recon.self_check.to_json()),
             "restart_spread": jsonable(recon.restart_spread()),
+            "bootstrap_spread": jsonable(recon.bootstrap_spread()),
             "converged": recon.converged(),
             "rows": [{k: jsonable(v) for k, v in row.items()} for row in self.rows()],
         }

@@ -8,7 +8,9 @@ by Newton, then every point and weight by L-BFGS; the start and the stages are
 :mod:`bayes_recon.stages`), the restarts in rounds of one compiled program each (one restart per
 round on a CPU, all batched by ``vmap`` on an accelerator; on a CPU the rounds run side by side,
 one per core as memory allows; each round can be kept in a checkpoint)
-→ keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history.
+→ keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history,
+and with the same program run again on bootstrap resamples of the draws, which shows how tightly
+the release determines every statistic (:meth:`Reconstruction.bootstrap_spread`).
 This module holds that orchestration: the configuration, the rounds, the result.
 """
 
@@ -76,6 +78,12 @@ class ReconConfig:
     to compile one at a time, 10.3 s and 26.7 s batched). On a CPU the rounds run side by side
     instead, each in a thread: ``rounds_at_once`` of them, by default one per core as memory allows;
     the result is the same (it is left out of the checkpoint's fingerprint).
+
+    ``bootstrap``: rounds run again on draws resampled with replacement (the same compiled program,
+    so no compilation), after the restarts; each gives one replicate of the recovered statistics
+    (the best of its round's restarts on its own resample). Their spread is how tightly the release
+    determines N and the columns' moments: restarts on one set of draws can agree on a statistic the
+    release leaves open (a probit regression's N). 0 turns it off.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -91,6 +99,7 @@ class ReconConfig:
     rounds_at_once: int | None = None
     batch_size: int | None = None
     max_draws: int | None = None
+    bootstrap: int = 2
 
     def __post_init__(self) -> None:
         at_least_one = (
@@ -104,8 +113,13 @@ class ReconConfig:
                     f"{name} must be at least 1 (a whole number), got {value!r} "
                     f"(command line: --{name.replace('_', '-')} 1 or more)"
                 )
-        if not isinstance(self.coarse_steps, int) or self.coarse_steps < 0:
-            raise ReconError(f"coarse_steps must be a whole number ≥ 0, got {self.coarse_steps!r}")
+        for name in ("coarse_steps", "bootstrap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ReconError(
+                    f"{name} must be a whole number ≥ 0, got {value!r} "
+                    f"(command line: --{name.replace('_', '-')} 0 or more)"
+                )
         if not self.learning_rate > 0:
             raise ReconError(f"learning_rate must be positive, got {self.learning_rate!r}")
         for name, allowed in (
@@ -151,6 +165,8 @@ class Reconstruction:
     stage converges its rows repeat the final values. ``stage_steps`` (4,) is each stage's length
     in those arrays (cloud shape, cloud with mass on the subset of draws, cloud on every draw,
     all points) and ``steps_taken`` (restarts, 4) the steps each ran before it converged.
+    ``bootstrap`` holds the final ``objective`` (on its own resample), ``total_mass``, ``mean`` and
+    ``var`` of every bootstrap replicate (a leading replicate axis; see ``ReconConfig.bootstrap``).
     """
 
     measure: WeightedMeasure
@@ -158,6 +174,7 @@ class Reconstruction:
     restart_objectives: np.ndarray
     best_restart: int
     history: dict[str, np.ndarray]
+    bootstrap: dict[str, np.ndarray]
     config: ReconConfig
     seconds: float  # wall time of the whole attack, compilation included
     compile_seconds: float
@@ -184,22 +201,26 @@ class Reconstruction:
         return final <= final.min() + 0.01 * max(abs(final.min()), 1e-12)
 
     def restart_spread(self) -> dict[str, float]:
-        """Relative spread (max − min over the largest magnitude) of the total mass and of every free
-        coordinate's weighted mean and sd, over the restarts whose final objective is within 1 % (of
-        its magnitude) of the best: restarts that reach the same objective with different statistics
-        show what the release leaves open."""
+        """How far apart the restarts whose final objective is within 1 % (of its magnitude) of the best
+        end, statistic by statistic (:func:`statistics_spread`): restarts that reach the same objective
+        with different statistics show what the release leaves open."""
         close = self.at_best()
-        mass, mean, var = (self.history[k][:, -1][close] for k in ("total_mass", "mean", "var"))
+        return statistics_spread(*(self.history[k][:, -1][close] for k in ("total_mass", "mean", "var")))
 
-        def spread(values: np.ndarray) -> float:
-            centre = np.abs(values).max()
-            return float(np.ptp(values) / centre) if centre > 0 else 0.0
-
-        out = {"total_mass": spread(mass)}
-        for i in range(mean.shape[1]):
-            out[f"mean[{i}]"] = spread(mean[:, i])
-            out[f"sd[{i}]"] = spread(np.sqrt(var[:, i]))
-        return out
+    def bootstrap_spread(self) -> dict[str, float] | None:
+        """How far apart the best restart and the bootstrap replicates end, statistic by statistic
+        (:func:`statistics_spread`): how tightly the release determines each; None without replicates.
+        A replicate whose objective is not finite counts as an infinite spread."""
+        if not len(self.bootstrap["objective"]):
+            return None
+        best = self.best_restart
+        values = [
+            np.concatenate([self.history[k][best, -1][None], self.bootstrap[k]])
+            for k in ("total_mass", "mean", "var")
+        ]
+        if not np.isfinite(self.bootstrap["objective"]).all():
+            return {k: np.inf for k in statistics_spread(*values)}
+        return statistics_spread(*values)
 
     def objective_terms(self, points: Mapping[str, Any], weights: Any) -> np.ndarray:
         """The attack's objective at any measure, one term per draw (S,) with the information penalty
@@ -250,13 +271,14 @@ def reconstruct(
     arrays, a NumPyro MCMC or an ArviZ object.
 
     The restarts run in rounds of ``config.restarts_at_once``, each a call of one compiled program
-    (which holds no host callback, so JAX's persistent compilation cache can keep it).
-    ``progress(done, total)``: restarts done out of all, called once the program is compiled (the
-    restarts run from then on) and after every round. ``checkpoint``: a folder where every
-    finished round is kept; a run with the same folder and the same attack takes the rounds found
-    there and runs only the rest, to the bitwise same result (see :mod:`bayes_recon.checkpoint`;
-    a folder of another attack is refused). It is left in place at the end: remove it with
-    :func:`bayes_recon.checkpoint.remove` once the result is safe.
+    (which holds no host callback, so JAX's persistent compilation cache can keep it), followed by
+    ``config.bootstrap`` rounds on resampled draws. ``progress(done, total)``: rounds done out of
+    all, called once the program is compiled (the rounds run from then on) and after every round.
+    ``checkpoint``: a folder where every finished round is kept; a run with the same folder and
+    the same attack takes the rounds found there and runs only the rest, to the bitwise same
+    result (see :mod:`bayes_recon.checkpoint`; a folder of another attack is refused). It is left
+    in place at the end: remove it with :func:`bayes_recon.checkpoint.remove` once the result is
+    safe.
     """
     config = config or ReconConfig()
     if isinstance(n_points, bool) or not isinstance(n_points, int | np.integer) or n_points < 1:
@@ -269,6 +291,7 @@ def reconstruct(
         theta = theta[: config.max_draws]
     at_once = config.resolved_restarts_at_once()
     rounds = -(-config.restarts // at_once)
+    total_rounds = rounds + config.bootstrap  # the restarts' rounds, then one per bootstrap replicate
     attack = fingerprint(model, release.theta, layout.shapes, fixed, dict(layout.supports), n_points,
                          seed, config, at_once)  # fmt: skip
     store = None if checkpoint is None else Checkpoint.open(checkpoint, attack)
@@ -313,9 +336,12 @@ def reconstruct(
         return jax.vmap(attack)(bases, keys)
 
     coarse_draws = z[subset]
-    finished = {} if store is None else {i: found for i in range(rounds) if (found := store.load(i))}
+    resamples = jax.random.randint(
+        jax.random.PRNGKey(seed + 4), (config.bootstrap, z.shape[0]), 0, z.shape[0]
+    )
+    finished = {} if store is None else {i: found for i in range(total_rounds) if (found := store.load(i))}
     compile_seconds = 0.0
-    if len(finished) < rounds:
+    if len(finished) < total_rounds:
         compiling = time.perf_counter()
         cpu = jax.default_backend() == "cpu"
 
@@ -335,13 +361,18 @@ def reconstruct(
         )
         compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
         compile_seconds = time.perf_counter() - compiling
-    _report(progress, len(finished) * at_once, config.restarts)  # compiled (or all found): running
+    _report(progress, len(finished), total_rounds)  # compiled (or all found): running
 
     def run(index: int) -> dict[str, np.ndarray]:
-        # The last round is filled up with restarts again and cut back: one compiled shape.
-        batch = np.arange(index * at_once, (index + 1) * at_once) % config.restarts
+        # The last round is filled up with restarts again and cut back: one compiled shape. A
+        # bootstrap round takes the restarts of the round of its number, on its own resample.
+        replicate = index - rounds
+        first = (index if replicate < 0 else replicate) * at_once
+        batch = np.arange(first, first + at_once) % config.restarts
+        draws = z if replicate < 0 else z[resamples[replicate]]
+        coarse = coarse_draws if replicate < 0 else draws[subset]
         return _round_arrays(
-            _run_round(compiled, bases[batch], keys[batch], z, coarse_draws, at_once, n_points)
+            _run_round(compiled, bases[batch], keys[batch], draws, coarse, at_once, n_points)
         )
 
     def keep(index: int, arrays: dict[str, np.ndarray]) -> None:
@@ -349,7 +380,7 @@ def reconstruct(
         if store is not None:
             store.save(index, arrays)
 
-    pending = [i for i in range(rounds) if i not in finished]
+    pending = [i for i in range(total_rounds) if i not in finished]
     if pending:
         # A round starts only when one ends, so that a stop (an error, an interrupt, the progress
         # callback raising) leaves no round started after it; those running finish and are kept.
@@ -363,7 +394,7 @@ def reconstruct(
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     keep(running.pop(future), future.result())
-                    _report(progress, len(finished) * at_once, config.restarts)
+                    _report(progress, len(finished), total_rounds)
                     if (index := next(waiting, None)) is not None:
                         running[pool.submit(run, index)] = index
         finally:
@@ -373,6 +404,10 @@ def reconstruct(
                     keep(index, future.result())
     outputs = [finished[i] for i in range(rounds)]
     arrays = {k: np.concatenate([out[k] for out in outputs])[: config.restarts] for k in outputs[0]}
+    replicates = [_best_of_round(finished[i]) for i in range(rounds, total_rounds)]
+    bootstrap = {
+        k: np.stack([r[k] for r in replicates]) if replicates else np.zeros((0,)) for k in REPLICATE_KEYS
+    }
     values, final = arrays["objective"], arrays["final"]
     _check_finite(values, final, config)
     best = int(np.argmin(final))
@@ -402,6 +437,7 @@ def reconstruct(
         final,
         best,
         history,
+        bootstrap,
         config,
         time.perf_counter() - started,
         compile_seconds,
@@ -483,6 +519,34 @@ def _available_memory() -> int:
     except (OSError, ValueError):
         pass
     return max(free, 0)
+
+
+def statistics_spread(mass: np.ndarray, mean: np.ndarray, var: np.ndarray) -> dict[str, float]:
+    """How far apart several ends of the attack are (a leading axis): the total mass's and each free
+    coordinate's sd's range over their largest value, and each coordinate's mean's range in units of
+    its largest sd (unchanged by the column's units and origin)."""
+
+    def relative(values: np.ndarray, scale: float) -> float:
+        return float(np.ptp(values) / scale) if scale > 0 else 0.0
+
+    sd = np.sqrt(np.maximum(var, 0.0))
+    out = {"total_mass": relative(mass, np.abs(mass).max())}
+    for i in range(mean.shape[1]):
+        out[f"mean[{i}]"] = relative(mean[:, i], sd[:, i].max())
+        out[f"sd[{i}]"] = relative(sd[:, i], sd[:, i].max())
+    return out
+
+
+REPLICATE_KEYS = ("objective", "total_mass", "mean", "var")
+
+
+def _best_of_round(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A bootstrap round's replicate: the final objective and statistics of its best restart."""
+    best = int(np.argmin(np.nan_to_num(arrays["final"], nan=np.inf)))
+    return {
+        "objective": arrays["final"][best],
+        **{k: arrays[k][best, -1] for k in ("total_mass", "mean", "var")},
+    }
 
 
 def _round_arrays(outputs: tuple) -> dict[str, np.ndarray]:

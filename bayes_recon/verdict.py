@@ -85,6 +85,7 @@ class Findings:
     smaller: tuple[SmallerRelease, ...]
     noisy: tuple[NoisyRelease, ...] | None
     file_leaks: tuple[Mapping[str, Any], ...] = ()
+    bootstrap_spread: float | None = None  # the largest, over the statistics; None when not run
 
     def verdict(self, error: float) -> Verdict:
         if error < self.recovered_below:
@@ -134,6 +135,7 @@ def findings(audit: Audit) -> Findings:
         smaller=smaller,
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
+        bootstrap_spread=None if (boot := recon.bootstrap_spread()) is None else max(boot.values()),
     )
 
 
@@ -326,7 +328,23 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             if found.restarts == 1
             else f"Only one of {found.restarts} restarts reached the best objective"
         ) + ", so there is no spread between restarts to compare (more with --restarts)."
-    return check, spread
+    if found.bootstrap_spread is None:
+        resampled = (
+            "No bootstrap of the draws was run (--bootstrap 2 shows how tightly the release determines N "
+        )
+        resampled += "and the columns' moments)."
+    else:
+        resampled = (
+            "Run again on resamples of the draws, the attack's N and columns' means and sds move by up to "
+            f"{percent(found.bootstrap_spread)} (means in sd)"
+            + (
+                ": the release determines them about that tightly."
+                if found.bootstrap_spread < found.partly_below
+                else ": the release does not determine them all; read those values as one data set it "
+                "cannot tell from the truth."
+            )
+        )
+    return check, spread, resampled
 
 
 def _advice(found: Findings, leaked: list[Quantity]) -> tuple[str, ...]:

@@ -22,6 +22,9 @@ the draws for every M (points per stratum) and seed and reports:
   binomial, Poisson), whose likelihood sees the responses through Σ y and Σ y·x_j, those sums'
   relative errors, bar: all within 5 %; for every family the covariates' weighted mean (its shift in
   true sd) and sd (its ratio to the true sd), reported without a bar;
+* the bootstrap (``ReconConfig.bootstrap`` rounds on resampled draws): every replicate's mass and the
+  spread of N and of the columns' moments (``r.bootstrap_spread()``; above 0.25 the CLI says the
+  release does not determine that statistic);
 * the self-check's verdict (``r.self_check``: NUTS on the recovered pseudo-data against the draws), and
   whether the last stage converged before its step cap (``r.converged()``; ``--steps`` raises the cap).
 
@@ -379,6 +382,8 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
         **truth_bar(result, {"X": data.X, "y": data.y}),
         **recovered,
         "converged": result.converged(),
+        "bootstrap_mass": result.bootstrap["total_mass"],
+        "bootstrap_spread": result.bootstrap_spread(),
         "self_check": check.to_json(),
         "self_check_summary": check.summary(),
         "self_check_seconds": time.perf_counter() - started,
@@ -416,9 +421,18 @@ def run_line(run: dict) -> str:
         f"x mean shift {np.max(np.abs(run['x_mean_shift'])):.3f} sd, sd ratio "
         f"{np.min(run['x_sd_ratio']):.3f}-{np.max(run['x_sd_ratio']):.3f}  self-check "
         f"{'reproduces' if run['self_check']['reproduces'] else 'does NOT reproduce'}  "
-        f"{run['seconds']:.1f} s  {run['peak_rss_mb']:.0f} MB"
+        f"{bootstrap_words(run)}{run['seconds']:.1f} s  {run['peak_rss_mb']:.0f} MB"
         f"{'  last stage stopped at its step cap' if run.get('converged') is False else ''}"
     )
+
+
+def bootstrap_words(run: dict) -> str:
+    """The bootstrap replicates' masses and the largest spread of any statistic (see
+    ``Reconstruction.bootstrap_spread``), or nothing where none ran."""
+    if not run.get("bootstrap_spread"):
+        return ""
+    masses = ", ".join(f"{m:.1f}" for m in run["bootstrap_mass"])
+    return f"bootstrap mass {masses}, largest spread {max(run['bootstrap_spread'].values()):.2f}  "
 
 
 def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
@@ -430,7 +444,7 @@ def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
 TABLE_HEADER = (
     f"{'family':<17}{'N':>6}{'k':>3}{'M':>4}{'pts':>5}  {'mass':<24}{'ΔJ / tol':>10}{'truth':>7}"
     f"  {'Σy,Σyx max err %':<22}{'|x mean shift| sd':<21}{'x sd ratio (worst)':<21}{'self':>5}"
-    f"  {'time s':<22}{'peak MB':>8}"
+    f"  {'boot spread (N; largest)':<26}{'time s':<22}{'peak MB':>8}"
 )
 
 
@@ -445,13 +459,20 @@ def table_row(runs: list[dict]) -> str:
         spread([max(r["sufficient_error"]) for r in ok], 100, 2) if "sufficient_error" in ok[0] else "—"
     )
     errors = f"  ({len(runs) - len(ok)} failed)" if len(ok) < len(runs) else ""
+    booted = [r["bootstrap_spread"] for r in ok if r.get("bootstrap_spread")]
+    boot = (
+        f"{np.mean([b['total_mass'] for b in booted]):.2f}; {max(max(b.values()) for b in booted):.2f}"
+        if booted
+        else "—"
+    )
     return (
         f"{head}{ok[0]['points']:>5}  {spread([r['mass'] for r in ok]):<24}"
         f"{np.mean([(r['objective'] - r['objective_truth']) / r['tolerance'] for r in ok]):>10.2f}"
         f"{sum(r['truth_bar'] for r in ok):>5}/{len(runs)}  {sufficient:<22}"
         f"{spread([np.max(np.abs(r['x_mean_shift'])) for r in ok], digits=3):<21}"
         f"{spread(ratio, digits=3):<21}{sum(r['self_check']['reproduces'] for r in ok):>3}/{len(runs)}"
-        f"  {spread([r['seconds'] for r in ok]):<22}{max(r['peak_rss_mb'] for r in ok):>8.0f}{errors}"
+        f"  {boot:<26}{spread([r['seconds'] for r in ok]):<22}"
+        f"{max(r['peak_rss_mb'] for r in ok):>8.0f}{errors}"
     )
 
 

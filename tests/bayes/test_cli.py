@@ -92,7 +92,7 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
     recon = SimpleNamespace(
         measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
         config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
-        converged=lambda: True,
+        bootstrap_spread=lambda: None, converged=lambda: True,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
     rows = attack.rows()
@@ -174,5 +174,26 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
         Restarts(tight)
     )
     loose = cli.describe_restarts(Restarts({**tight, "total_mass": 0.4, "sd[1]": 0.2}))
-    assert "2 of 3 reached the best objective but differ on N by 40%, the sd of X[1] by 20%" in loose
+    differ = "2 of 3 reached the best objective but differ on N by 40\u00a0%, the sd of X[1] by 20\u00a0%"
+    assert differ in loose
     assert "only loosely" in loose
+
+
+def test_bootstrap_replicates_that_move_a_statistic_say_the_release_does_not_determine_it():
+    class Resampled:  # what describe_bootstrap reads from a Reconstruction
+        measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
+
+        def __init__(self, spread: dict[str, float] | None) -> None:
+            self.spread, self.bootstrap = spread, {"objective": np.array([-2.0, -2.1])}
+
+        def bootstrap_spread(self) -> dict[str, float] | None:
+            return self.spread
+
+    tight = {"total_mass": 0.03, "mean[0]": 0.05, "sd[0]": 0.02, "mean[2]": 0.01}
+    said = cli.describe_bootstrap(Resampled(tight))
+    assert "2 resamples of the draws moves N by 3\u00a0%, the mean of X[0] by 0.05 sd" in said
+    assert "determines them about that tightly" in said
+    loose = cli.describe_bootstrap(Resampled({**tight, "total_mass": 1.6, "mean[2]": 3.9}))
+    assert "moves N by 160\u00a0%, the mean of y by 3.9 sd: the release does NOT determine these" in loose
+    assert "did not finish" in cli.describe_bootstrap(Resampled({"total_mass": float("inf")}))
+    assert "not run" in cli.describe_bootstrap(Resampled(None))

@@ -17,7 +17,9 @@ from bayes_recon.cli import main
 
 DRAWS = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
 # Compiles in seconds; two rounds run side by side, whatever the cores.
-CONFIG = br.ReconConfig(coarse_steps=0, steps=3, restarts=3, restarts_at_once=1, rounds_at_once=2)
+CONFIG = br.ReconConfig(
+    coarse_steps=0, steps=3, restarts=3, restarts_at_once=1, rounds_at_once=2, bootstrap=1
+)
 
 
 def model(y=None):
@@ -40,6 +42,7 @@ def same(a: br.Reconstruction, b: br.Reconstruction) -> bool:
         (a.restart_objectives, b.restart_objectives),
         *((a.measure.points[k], b.measure.points[k]) for k in a.measure.points),
         *((a.history[k], b.history[k]) for k in a.history),
+        *((a.bootstrap[k], b.bootstrap[k]) for k in a.bootstrap),
     ]
     return a.best_restart == b.best_restart and all(np.array_equal(x, y) for x, y in arrays)
 
@@ -59,7 +62,7 @@ def test_a_run_stopped_after_its_first_round_resumes_to_the_same_result(tmp_path
 
     reported: list[int] = []
     resumed = attack(progress=lambda done, total: reported.append(done), checkpoint=folder)
-    assert reported == [2, 3]  # the kept rounds were read back; only the third ran
+    assert reported == [2, 3, 4]  # the kept rounds were read back; the third and the bootstrap's ran
     assert same(resumed, reference)
     assert resumed.history["objective"].shape[0] == 3 and resumed.history["steps_taken"].shape == (3, 4)
 
