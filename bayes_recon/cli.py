@@ -601,7 +601,7 @@ def describe_identifiability(check: Any) -> str:
             + ", ".join(found.linear_in_response)
             + " (a canonical link): the release determines these sums best; N and the covariates' "
             "moments enter only through the non-linear part and may be weakly determined (reconstruct "
-            "reports how much its restarts disagree on them).\n"
+            "reports how far a bootstrap of the draws moves them).\n"
             if found.linear_in_response
             else ""
         )
