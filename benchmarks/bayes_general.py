@@ -1,8 +1,9 @@
 """Conformance suite for the general posterior attack: synthetic GLMs and a mixture, and the registry.
 
 Synthetic part (the default). For each family, N and number of covariates k this simulates a data
-set from the family's NumPyro model at known parameters, samples its posterior with NUTS (one chain,
-500 warm-up steps, 1,000 draws, fixed seeds; data and draws cached as ``.npz`` under
+set from the family's NumPyro model at known parameters, samples its posterior with NUTS (one chain
+started at the true parameters, 500 warm-up steps, 1,000 draws, fixed seeds; a chain that does not
+move is an error; data and draws cached as ``.npz`` under
 ``results/bayes_general_cache/``, delete a file to sample it again), then runs ``br.reconstruct`` on
 the draws for every M (points per stratum) and seed and reports:
 
@@ -82,7 +83,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import ndtr
-from numpyro.infer import MCMC, NUTS, Predictive
+from numpyro.infer import MCMC, NUTS, Predictive, init_to_value
 
 import bayes_recon as br
 from bayes_recon.models import REGISTRY, LinearGaussian
@@ -249,11 +250,16 @@ def load_or_sample(family: Family, n: int, k: int, cache: Path) -> Dataset:
     if not path.exists():
         x, y, scales, truth = simulate(family, n, k)
         started = time.perf_counter()
-        mcmc = MCMC(
-            NUTS(build_model(family, scales)), num_warmup=WARMUP, num_samples=SAMPLES, progress_bar=False
-        )
+        # Started at the true parameters: from NumPyro's default start (uniform in (-2, 2)
+        # unconstrained) a Poisson chain with its covariate at 1e3 stuck at b = 0.05 (truth 0.001),
+        # a with sd 1e-8: draws of no posterior, which no attack can match.
+        nuts = NUTS(build_model(family, scales), init_strategy=init_to_value(values=truth))
+        mcmc = MCMC(nuts, num_warmup=WARMUP, num_samples=SAMPLES, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(0), X=jnp.asarray(x), y=jnp.asarray(y), extra_fields=("diverging",))
         seconds = time.perf_counter() - started
+        stuck = [name for name, v in mcmc.get_samples().items() if np.any(np.std(np.asarray(v), axis=0) == 0)]
+        if stuck:
+            raise RuntimeError(f"NUTS did not move in {', '.join(stuck)}: no posterior draws for {path.name}")
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(
             path,
