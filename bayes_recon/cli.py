@@ -512,8 +512,6 @@ def describe_leaks(findings: Sequence[Finding], where: str) -> str:
 
 # Restarts at the same objective whose statistics differ by more than this leave them open.
 RESTARTS_AGREE_BELOW = 0.05
-# Bootstrap replicates whose statistics differ by more than this: the release does not determine them.
-BOOTSTRAP_DETERMINES_BELOW = 0.25
 
 
 def describe_convergence(recon: Any) -> str:
@@ -571,13 +569,15 @@ def describe_restarts(recon: Any) -> str:
 
 def describe_bootstrap(recon: Any) -> str:
     """How far the attack's statistics move when it is run again on resampled draws."""
+    from bayes_recon.reconstruct import BOOTSTRAP_DETERMINES_BELOW
+
     spread = recon.bootstrap_spread()
     if spread is None:
         return "not run (--bootstrap 2 or more shows how tightly the release determines N and the moments)."
     runs = f"the attack run again on {len(recon.bootstrap['objective'])} resamples of the draws"
     if not all(map(math.isfinite, spread.values())):
         return f"{runs} did not finish on every resample (its objective became non-finite)."
-    loose = {k: v for k, v in spread.items() if v > BOOTSTRAP_DETERMINES_BELOW}
+    loose = {k: v for k, v in spread.items() if v >= BOOTSTRAP_DETERMINES_BELOW}
     if not loose:
         return f"{runs} moves {_spread_words(recon, spread)}: the release determines them about that tightly."
     return (

@@ -538,6 +538,8 @@ def statistics_spread(mass: np.ndarray, mean: np.ndarray, var: np.ndarray) -> di
 
 
 REPLICATE_KEYS = ("objective", "total_mass", "mean", "var")
+# A statistic whose bootstrap spread (statistics_spread) is this or more is not determined by the release.
+BOOTSTRAP_DETERMINES_BELOW = 0.25
 
 
 def _best_of_round(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

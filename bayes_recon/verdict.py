@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
+from bayes_recon.reconstruct import BOOTSTRAP_DETERMINES_BELOW
 from recon_core.headline import Headline, Severity, number, percent, words
 
 if TYPE_CHECKING:
@@ -339,7 +340,7 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             f"{percent(found.bootstrap_spread)} (means in sd)"
             + (
                 ": the release determines them about that tightly."
-                if found.bootstrap_spread < found.partly_below
+                if found.bootstrap_spread < BOOTSTRAP_DETERMINES_BELOW
                 else ": the release does not determine them all; read those values as one data set it "
                 "cannot tell from the truth."
             )
