@@ -205,7 +205,7 @@ class Reconstruction:
         end, statistic by statistic (:func:`statistics_spread`): restarts that reach the same objective
         with different statistics show what the release leaves open."""
         close = self.at_best()
-        return statistics_spread(*(self.history[k][:, -1][close] for k in ("total_mass", "mean", "var")))
+        return statistics_spread(*(self.history[k][:, -1][close] for k in SPREAD_STATISTICS))
 
     def bootstrap_spread(self) -> dict[str, float] | None:
         """How far apart the best restart and the bootstrap replicates end, statistic by statistic
@@ -215,8 +215,7 @@ class Reconstruction:
             return None
         best = self.best_restart
         values = [
-            np.concatenate([self.history[k][best, -1][None], self.bootstrap[k]])
-            for k in ("total_mass", "mean", "var")
+            np.concatenate([self.history[k][best, -1][None], self.bootstrap[k]]) for k in SPREAD_STATISTICS
         ]
         if not np.isfinite(self.bootstrap["objective"]).all():
             return {k: np.inf for k in statistics_spread(*values)}
@@ -537,7 +536,8 @@ def statistics_spread(mass: np.ndarray, mean: np.ndarray, var: np.ndarray) -> di
     return out
 
 
-REPLICATE_KEYS = ("objective", "total_mass", "mean", "var")
+SPREAD_STATISTICS = ("total_mass", "mean", "var")  # the final values statistics_spread reads
+REPLICATE_KEYS = ("objective", *SPREAD_STATISTICS)
 # A statistic whose bootstrap spread (statistics_spread) is this or more is not determined by the release.
 BOOTSTRAP_DETERMINES_BELOW = 0.25
 
@@ -547,7 +547,7 @@ def _best_of_round(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     best = int(np.argmin(np.nan_to_num(arrays["final"], nan=np.inf)))
     return {
         "objective": arrays["final"][best],
-        **{k: arrays[k][best, -1] for k in ("total_mass", "mean", "var")},
+        **{k: arrays[k][best, -1] for k in SPREAD_STATISTICS},
     }
 
 

@@ -331,9 +331,9 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         ) + ", so there is no spread between restarts to compare (more with --restarts)."
     if found.bootstrap_spread is None:
         resampled = (
-            "No bootstrap of the draws was run (--bootstrap 2 shows how tightly the release determines N "
+            "No bootstrap of the draws was run (--bootstrap 2 shows how tightly the release determines N and "
+            "the columns' moments)."
         )
-        resampled += "and the columns' moments)."
     else:
         resampled = (
             "Run again on resamples of the draws, the attack's N and columns' means and sds move by up to "
