@@ -539,10 +539,27 @@ def _spread_words(recon: Any, spread: dict[str, float]) -> str:
         if key == "total_mass":
             return f"N by {percent(value)}"
         statistic, index = key.rstrip("]").split("[")
+        if statistic == "cov":
+            first, second = (labels[int(i)] for i in index.split(","))
+            return f"the covariance of {first} and {second} by {number(value)} (in correlation)"
         size = f"{number(value)} sd" if statistic == "mean" else percent(value)
         return f"the {statistic} of {labels[int(index)]} by {size}"
 
     return ", ".join(named(k, v) for k, v in spread.items())
+
+
+def _largest_words(spread: dict[str, float]) -> str:
+    """N's spread and the largest of each kind of statistic's, in words."""
+    largest = {kind: max((v for k, v in spread.items() if k.startswith(kind)), default=None)
+               for kind in ("mean", "sd", "cov")}  # fmt: skip
+    parts = [f"N by {percent(spread['total_mass'])}"]
+    if largest["mean"] is not None:
+        parts.append(f"the means by at most {number(largest['mean'])} sd")
+    if largest["sd"] is not None:
+        parts.append(f"the sds by at most {percent(largest['sd'])}")
+    if largest["cov"] is not None:
+        parts.append(f"the covariances by at most {number(largest['cov'])} (in correlation)")
+    return ", ".join(parts)
 
 
 def describe_restarts(recon: Any) -> str:
@@ -579,7 +596,7 @@ def describe_bootstrap(recon: Any) -> str:
         return f"{runs} did not finish on every resample (its objective became non-finite)."
     loose = {k: v for k, v in spread.items() if v >= BOOTSTRAP_DETERMINES_BELOW}
     if not loose:
-        return f"{runs} moves {_spread_words(recon, spread)}: the release determines them about that tightly."
+        return f"{runs} moves {_largest_words(spread)}: the release determines them about that tightly."
     return (
         f"{runs} moves {_spread_words(recon, loose)}: the release does NOT determine these; read their "
         "values as one data set it cannot tell from the truth, not as the truth."

@@ -165,8 +165,8 @@ class Reconstruction:
     stage converges its rows repeat the final values. ``stage_steps`` (4,) is each stage's length
     in those arrays (cloud shape, cloud with mass on the subset of draws, cloud on every draw,
     all points) and ``steps_taken`` (restarts, 4) the steps each ran before it converged.
-    ``bootstrap`` holds the final ``objective`` (on its own resample), ``total_mass``, ``mean`` and
-    ``var`` of every bootstrap replicate (a leading replicate axis; see ``ReconConfig.bootstrap``).
+    ``bootstrap`` holds every bootstrap replicate's final ``objective`` (on its own resample),
+    ``weights`` and ``points/NAME`` (a leading replicate axis; see ``ReconConfig.bootstrap``).
     """
 
     measure: WeightedMeasure
@@ -205,21 +205,25 @@ class Reconstruction:
         end, statistic by statistic (:func:`statistics_spread`): restarts that reach the same objective
         with different statistics show what the release leaves open."""
         close = self.at_best()
-        return statistics_spread(*(self.history[k][:, -1][close] for k in SPREAD_STATISTICS))
+        mass, mean, var = (self.history[k][:, -1][close] for k in ("total_mass", "mean", "var"))
+        return statistics_spread(mass, mean, var)
 
     def bootstrap_spread(self) -> dict[str, float] | None:
-        """How far apart the best restart and the bootstrap replicates end, statistic by statistic
-        (:func:`statistics_spread`): how tightly the release determines each; None without replicates.
-        A replicate whose objective is not finite counts as an infinite spread."""
-        if not len(self.bootstrap["objective"]):
+        """How far apart the result and the bootstrap replicates are, statistic by statistic
+        (:func:`statistics_spread`, covariances of every two coordinates included: for a canonical
+        link the sums Σ y·x the likelihood sees): how tightly the release determines each; None without
+        replicates. A replicate whose objective is not finite counts as an infinite spread."""
+        replicates = self.bootstrap
+        if not len(replicates["objective"]):
             return None
-        best = self.best_restart
-        values = [
-            np.concatenate([self.history[k][best, -1][None], self.bootstrap[k]]) for k in SPREAD_STATISTICS
-        ]
-        if not np.isfinite(self.bootstrap["objective"]).all():
-            return {k: np.inf for k in statistics_spread(*values)}
-        return statistics_spread(*values)
+        measures = [self.measure]
+        if np.isfinite(replicates["objective"]).all() and np.isfinite(replicates["weights"]).all():
+            measures += [_measure_of(replicates, b) for b in range(len(replicates["objective"]))]
+        mass = np.array([m.total_mass() for m in measures])
+        mean = np.stack([m.expect(m.matrix()) for m in measures])
+        cov = np.stack([m.cov() for m in measures])
+        spread = statistics_spread(mass, mean, np.diagonal(cov, axis1=1, axis2=2), cov)
+        return spread if len(measures) > 1 else dict.fromkeys(spread, np.inf)
 
     def objective_terms(self, points: Mapping[str, Any], weights: Any) -> np.ndarray:
         """The attack's objective at any measure, one term per draw (S,) with the information penalty
@@ -404,15 +408,17 @@ def reconstruct(
     outputs = [finished[i] for i in range(rounds)]
     arrays = {k: np.concatenate([out[k] for out in outputs])[: config.restarts] for k in outputs[0]}
     replicates = [_best_of_round(finished[i]) for i in range(rounds, total_rounds)]
-    bootstrap = {
-        k: np.stack([r[k] for r in replicates]) if replicates else np.zeros((0,)) for k in REPLICATE_KEYS
-    }
+    bootstrap = (
+        {k: np.stack([r[k] for r in replicates]) for k in replicates[0]}
+        if replicates
+        else {"objective": np.zeros(0)}
+    )
     values, final = arrays["objective"], arrays["final"]
     _check_finite(values, final, config)
     best = int(np.argmin(final))
-    measure = WeightedMeasure(
-        {k.removeprefix("points/"): v[best] for k, v in arrays.items() if k.startswith("points/")},
-        arrays["weights"][best],
+    measure = _measure_of(
+        arrays,
+        best,
         {
             "attack": "bayes_recon.reconstruct",
             "estimator": estimator,
@@ -520,10 +526,14 @@ def _available_memory() -> int:
     return max(free, 0)
 
 
-def statistics_spread(mass: np.ndarray, mean: np.ndarray, var: np.ndarray) -> dict[str, float]:
+def statistics_spread(
+    mass: np.ndarray, mean: np.ndarray, var: np.ndarray, cov: np.ndarray | None = None
+) -> dict[str, float]:
     """How far apart several ends of the attack are (a leading axis): the total mass's and each free
-    coordinate's sd's range over their largest value, and each coordinate's mean's range in units of
-    its largest sd (unchanged by the column's units and origin)."""
+    coordinate's sd's range over their largest value, each coordinate's mean's range in units of its
+    largest sd, and with ``cov`` (ends × coordinates × coordinates) each pair's covariance's range
+    over the largest product of their sds (correlation units); unchanged by the columns' units and
+    origins."""
 
     def relative(values: np.ndarray, scale: float) -> float:
         return float(np.ptp(values) / scale) if scale > 0 else 0.0
@@ -533,22 +543,29 @@ def statistics_spread(mass: np.ndarray, mean: np.ndarray, var: np.ndarray) -> di
     for i in range(mean.shape[1]):
         out[f"mean[{i}]"] = relative(mean[:, i], sd[:, i].max())
         out[f"sd[{i}]"] = relative(sd[:, i], sd[:, i].max())
+    if cov is not None:
+        for i, j in itertools.combinations(range(mean.shape[1]), 2):
+            out[f"cov[{i},{j}]"] = relative(cov[:, i, j], (sd[:, i] * sd[:, j]).max())
     return out
 
 
-SPREAD_STATISTICS = ("total_mass", "mean", "var")  # the final values statistics_spread reads
-REPLICATE_KEYS = ("objective", *SPREAD_STATISTICS)
 # A statistic whose bootstrap spread (statistics_spread) is this or more is not determined by the release.
 BOOTSTRAP_DETERMINES_BELOW = 0.25
 
 
 def _best_of_round(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A bootstrap round's replicate: the final objective and statistics of its best restart."""
+    """A bootstrap round's replicate: the final objective, weights and points of its best restart."""
     best = int(np.argmin(np.nan_to_num(arrays["final"], nan=np.inf)))
-    return {
-        "objective": arrays["final"][best],
-        **{k: arrays[k][best, -1] for k in SPREAD_STATISTICS},
-    }
+    kept = {k: v[best] for k, v in arrays.items() if k == "weights" or k.startswith("points/")}
+    return {"objective": arrays["final"][best], **kept}
+
+
+def _measure_of(
+    arrays: dict[str, np.ndarray], index: int, meta: Mapping[str, Any] | None = None
+) -> WeightedMeasure:
+    """The measure at ``index`` of arrays with a leading restart (or replicate) axis."""
+    points = {k.removeprefix("points/"): v[index] for k, v in arrays.items() if k.startswith("points/")}
+    return WeightedMeasure(points, arrays["weights"][index], meta or {})
 
 
 def _round_arrays(outputs: tuple) -> dict[str, np.ndarray]:

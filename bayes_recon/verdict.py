@@ -336,8 +336,8 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         )
     else:
         resampled = (
-            "Run again on resamples of the draws, the attack's N and columns' means and sds move by up to "
-            f"{percent(found.bootstrap_spread)} (means in sd)"
+            "Run again on resamples of the draws, the attack's N and columns' means, sds and covariances "
+            f"move by up to {percent(found.bootstrap_spread)} (means in sd, covariances in correlation)"
             + (
                 ": the release determines them about that tightly."
                 if found.bootstrap_spread < BOOTSTRAP_DETERMINES_BELOW

@@ -388,7 +388,7 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
         **truth_bar(result, {"X": data.X, "y": data.y}),
         **recovered,
         "converged": result.converged(),
-        "bootstrap_mass": result.bootstrap["total_mass"],
+        "bootstrap_mass": result.bootstrap["weights"].sum(axis=1),
         "bootstrap_spread": result.bootstrap_spread(),
         "self_check": check.to_json(),
         "self_check_summary": check.summary(),

@@ -320,10 +320,33 @@ def test_each_bootstrap_replicate_is_the_exact_optimum_on_its_own_resample_of_th
     recon = br.reconstruct(model, {"mu": mu}, free=["y"], n_points=3, seed=5, config=config)
     resamples = np.asarray(jax.random.randint(jax.random.PRNGKey(5 + 4), (3, 400), 0, 400))
     expected = 1 / np.var(mu[resamples], axis=1) - 0.01
-    np.testing.assert_allclose(recon.bootstrap["total_mass"], expected, rtol=1e-3)
+    np.testing.assert_allclose(recon.bootstrap["weights"].sum(axis=1), expected, rtol=1e-3)
     np.testing.assert_allclose(recon.measure.total_mass(), 1 / np.var(mu) - 0.01, rtol=1e-3)
     assert len(set(np.round(expected, 3))) == 3
     spread = recon.bootstrap_spread()
     assert 0 < spread["total_mass"] < 0.25 and spread["total_mass"] == pytest.approx(
         np.ptp([recon.measure.total_mass(), *expected]) / max(recon.measure.total_mass(), *expected), rel=1e-2
     )
+
+
+def test_statistics_spread_is_unit_free_and_measures_covariances_in_correlation_units():
+    from bayes_recon.reconstruct import statistics_spread
+
+    mass = np.array([100.0, 80.0])
+    mean = np.array([[0.0, 10.0], [1.0, 10.0]])
+    cov = np.array([[[4.0, 0.5], [0.5, 1.0]], [[1.0, 0.9], [0.9, 1.0]]])
+    var = np.diagonal(cov, axis1=1, axis2=2)
+    spread = statistics_spread(mass, mean, var, cov)
+    expected = {
+        "total_mass": 0.2,
+        "mean[0]": 0.5,
+        "sd[0]": 0.5,
+        "mean[1]": 0.0,
+        "sd[1]": 0.0,
+        "cov[0,1]": 0.2,
+    }
+    assert spread == pytest.approx(expected)
+    scale, shift = np.array([1e3, 1e-4]), np.array([-5e3, 7.0])  # other units and origins
+    rescaled = statistics_spread(mass, mean * scale + shift, var * scale**2, cov * np.outer(scale, scale))
+    assert rescaled == pytest.approx(expected)
+    assert "cov[0,1]" not in statistics_spread(mass, mean, var)  # restarts: no covariances recorded

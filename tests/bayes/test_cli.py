@@ -189,11 +189,15 @@ def test_bootstrap_replicates_that_move_a_statistic_say_the_release_does_not_det
         def bootstrap_spread(self) -> dict[str, float] | None:
             return self.spread
 
-    tight = {"total_mass": 0.03, "mean[0]": 0.05, "sd[0]": 0.02, "mean[2]": 0.01}
+    tight = {"total_mass": 0.03, "mean[0]": 0.05, "sd[0]": 0.02, "mean[2]": 0.01, "cov[0,2]": 0.1}
     said = cli.describe_bootstrap(Resampled(tight))
-    assert "2 resamples of the draws moves N by 3\u00a0%, the mean of X[0] by 0.05 sd" in said
+    assert (
+        "2 resamples of the draws moves N by 3\u00a0%, the means by at most 0.05 sd, the sds by at most "
+        "2\u00a0%, the covariances by at most 0.1 (in correlation)" in said
+    )
     assert "determines them about that tightly" in said
-    loose = cli.describe_bootstrap(Resampled({**tight, "total_mass": 1.6, "mean[2]": 3.9}))
-    assert "moves N by 160\u00a0%, the mean of y by 3.9 sd: the release does NOT determine these" in loose
+    loose = cli.describe_bootstrap(Resampled({**tight, "total_mass": 1.6, "mean[2]": 3.9, "cov[0,2]": 0.4}))
+    assert "moves N by 160\u00a0%, the mean of y by 3.9 sd, the covariance of X[0] and y by 0.4 (in " in loose
+    assert "correlation): the release does NOT determine these" in loose
     assert "did not finish" in cli.describe_bootstrap(Resampled({"total_mass": float("inf")}))
     assert "not run" in cli.describe_bootstrap(Resampled(None))

@@ -174,8 +174,8 @@ def test_quantities_measure_the_moments_they_name():
 def test_a_bootstrap_that_moves_the_statistics_says_the_release_does_not_determine_them():
     sure = dict(headline(dataclasses.replace(kidiq_like(0.012), bootstrap_spread=0.03)).points)
     assert (
-        "move by up to 3\u00a0% (means in sd): the release determines them about that tightly"
-        in (sure["How sure the audit is"][2])
+        "move by up to 3\u00a0% (means in sd, covariances in correlation): the release determines them about "
+        "that tightly" in (sure["How sure the audit is"][2])
     )
     # The CLI's line and the verdict share one threshold (25 %), below the verdict's own 50 % for "partly".
     above = dict(headline(dataclasses.replace(kidiq_like(0.012), bootstrap_spread=0.3)).points)
