@@ -536,6 +536,8 @@ def statistics_spread(
     origins."""
 
     def relative(values: np.ndarray, scale: float) -> float:
+        if not np.isfinite(values).all():  # an end that left the finite numbers determines nothing
+            return np.inf
         return float(np.ptp(values) / scale) if scale > 0 else 0.0
 
     sd = np.sqrt(np.maximum(var, 0.0))

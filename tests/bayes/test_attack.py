@@ -350,3 +350,4 @@ def test_statistics_spread_is_unit_free_and_measures_covariances_in_correlation_
     rescaled = statistics_spread(mass, mean * scale + shift, var * scale**2, cov * np.outer(scale, scale))
     assert rescaled == pytest.approx(expected)
     assert "cov[0,1]" not in statistics_spread(mass, mean, var)  # restarts: no covariances recorded
+    assert statistics_spread(mass, mean + np.array([[0.0, 0.0], [np.nan, 0.0]]), var)["mean[0]"] == np.inf
