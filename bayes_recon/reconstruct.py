@@ -453,8 +453,12 @@ def reconstruct(
 # The attack is one program of about a thousand small fusions (derivatives up to the fourth
 # order). XLA's newer CPU fusion emitters compile it about 3 s slower than the elemental emitter
 # and run it no faster (kidiq at M = 50: 19-20 s → 15-16 s to compile, same result to 1e-7;
-# nes2000 at M = 10, ten parameters: no gain, 64 s against 58 s in one measurement).
-CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+# nes2000 at M = 10, ten parameters: no gain, 64 s against 58 s in one measurement). Its YNNPACK
+# reduction fusions (on by default in jaxlib 0.10) run its many small sums over draws and points
+# more slowly than the emitter's loops: without them a kidiq round at M = 50 runs in 1.1 s against
+# 1.9 s, a logistic regression's (N = 100) in 8.3 s against 12.5 s, to the same objectives up to
+# the order of the sums.
+CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_experimental_ynn_fusion_type": ""}
 
 
 def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
