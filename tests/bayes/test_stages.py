@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from numpyro.distributions import constraints
 
 from bayes_recon import pseudo
 from bayes_recon.models import lookup
-from bayes_recon.stages import response_predictor
+from bayes_recon.stages import response_predictor, share_strata, stratum_shares
+from bayes_recon.weighting import WeightedModel
 
 KIDIQ = "kidiq-kidscore_momiq"
 
@@ -57,3 +60,52 @@ def test_the_grid_refines_a_scale_between_its_points():
     layout = pseudo.Layout({"x": ()}, {})
     found = pseudo.search_scales(objective, pseudo.initial(5, layout).cloud, (0,))
     assert abs(float(found.log_diag[0, 0]) - 6.6) <= 0.125
+
+
+def _logistic(x, hs, y=None):
+    a = numpyro.sample("a", dist.Normal(0.0, 5.0))
+    b = numpyro.sample("b", dist.Normal(0.0, 5.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=a + b * x + 2.0 * hs), obs=y)
+
+
+def test_the_strata_of_a_binary_response_get_its_predictive_shares_of_the_covariates():
+    """Exact case: each stratum's mass is Σ_j w_j p(y = s | x_j, hs_j) over the points with its
+    covariate hs, and its cloud sits at the mean and sd of those points weighted so; a binary
+    covariate (hs) is not a response and shares nothing across its values."""
+    layout = pseudo.Layout(
+        {"x": (), "hs": (), "y": ()}, {"hs": constraints.boolean, "y": constraints.boolean}
+    )
+    weighted = WeightedModel(_logistic, ("x", "hs", "y"), {}, {"a": jnp.asarray(0.0), "b": jnp.asarray(0.0)})
+    theta = jnp.asarray([[0.5, 1.5]])  # a, b (both real: unconstrained is constrained)
+    shares = stratum_shares(_logistic, weighted, layout, theta.mean(axis=0))
+    assert shares is not None and shares.responses.tolist() == [False, True]  # bits: hs, y
+    strata = np.asarray(layout.strata)  # (hs, y): 00, 01, 10, 11
+    n = 7
+    z = jax.random.normal(jax.random.PRNGKey(3), (4, n, 1)) * 2.0
+    weights = jax.random.uniform(jax.random.PRNGKey(4), (4, n), minval=0.5, maxval=2.0)
+    cloud = share_strata(layout, shares, pseudo.initial(n, layout).cloud, z, weights)
+    x, w = np.asarray(z[..., 0]), np.asarray(weights)
+    for s, (hs, y) in enumerate(strata):
+        pool = strata[:, 0] == hs  # the points of both strata with this hs
+        px, pw = x[pool].ravel(), w[pool].ravel()
+        p1 = 1.0 / (1.0 + np.exp(-(0.5 + 1.5 * px + 2.0 * hs)))
+        share = pw * (p1 if y else 1.0 - p1)
+        np.testing.assert_allclose(np.exp(cloud.log_mass[s]) * n, share.sum(), rtol=1e-9)
+        mean = share @ px / share.sum()
+        np.testing.assert_allclose(cloud.shift[s, 0], mean, rtol=1e-9)
+        sd = np.sqrt(share @ (px - mean) ** 2 / share.sum())
+        np.testing.assert_allclose(np.exp(cloud.log_diag[s, 0]), sd, rtol=1e-6)
+    assert float(cloud.shift[1, 0]) > float(cloud.shift[0, 0])  # y = 1 where x is high (b > 0)
+
+
+def test_a_model_without_discrete_responses_has_no_strata_shares():
+    layout = pseudo.Layout({"x": (), "hs": ()}, {"hs": constraints.boolean})
+
+    def model(x, hs, y=None):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(b * x + hs, 1.0), obs=y)
+
+    weighted = WeightedModel(model, ("x", "hs"), {"y": jnp.zeros(1)}, {"b": jnp.asarray(0.0)})
+    assert stratum_shares(model, weighted, layout, jnp.zeros(1)) is None
