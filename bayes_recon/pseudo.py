@@ -31,7 +31,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -309,13 +308,22 @@ def search_scales(
     moves together. ``at_once``: grid points evaluated together (memory), None: a whole grid.
     """
 
-    def best(candidates: Cloud) -> Cloud:
-        values, candidates = map_in_chunks(partial(at_best_mass, objective), candidates, at_once)
-        return jax.tree_util.tree_map(lambda leaf: leaf[jnp.argmin(values)], candidates)
+    def best(candidate: Callable[[Array], Cloud], grid: Array) -> Cloud:
+        """The grid's best ``candidate(value)``, at its best mass. Only the grid goes through the chunked
+        map: a cloud with one coordinate has an empty ``lower``, which ``lax.map``'s batching cannot
+        reshape (a division by zero in JAX 0.10)."""
+
+        def score(value: Array) -> tuple[Array, Array]:
+            value_at_best, scaled = at_best_mass(objective, candidate(value))
+            return value_at_best, scaled.log_mass
+
+        values, log_masses = map_in_chunks(score, grid, at_once)
+        i = jnp.argmin(values)
+        return candidate(grid[i])._replace(log_mass=log_masses[i])
 
     def scale(cloud: Cloud, index: Array) -> Cloud:
         def over(grid: Array) -> Cloud:
-            return best(jax.vmap(lambda v: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(v)))(grid))
+            return best(lambda v: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(v)), grid)
 
         found = over(jnp.asarray(LOG_SCALE_GRID))
         for step in SCALE_REFINEMENTS:
@@ -324,7 +332,7 @@ def search_scales(
 
     def shift(cloud: Cloud, index: Array) -> Cloud:
         def over(grid: Array) -> Cloud:
-            return best(jax.vmap(lambda v: cloud._replace(shift=cloud.shift.at[:, index].set(v)))(grid))
+            return best(lambda v: cloud._replace(shift=cloud.shift.at[:, index].set(v)), grid)
 
         found = over(jnp.asarray(SHIFT_GRID))
         for step in SHIFT_REFINEMENTS:

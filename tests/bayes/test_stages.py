@@ -60,6 +60,11 @@ def test_the_grid_refines_a_scale_between_its_points():
     layout = pseudo.Layout({"x": ()}, {})
     found = pseudo.search_scales(objective, pseudo.initial(5, layout).cloud, (0,))
     assert abs(float(found.log_diag[0, 0]) - 6.6) <= 0.125
+    # In chunks (a large objective's memory bound), the same: a one-coordinate cloud has an empty
+    # ``lower``, which JAX's chunked map could not batch (an ordinal regression crashed there).
+    chunked = pseudo.search_scales(objective, pseudo.initial(5, layout).cloud, (0,), (0,), at_once=4)
+    whole = pseudo.search_scales(objective, pseudo.initial(5, layout).cloud, (0,), (0,))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, chunked, whole)
 
 
 def _logistic(x, hs, y=None):
