@@ -453,11 +453,13 @@ def reconstruct(
 # The attack is one program of about a thousand small fusions (derivatives up to the fourth
 # order). XLA's newer CPU fusion emitters compile it about 3 s slower than the elemental emitter
 # and run it no faster (kidiq at M = 50: 19-20 s → 15-16 s to compile, same result to 1e-7;
-# nes2000 at M = 10, ten parameters: no gain, 64 s against 58 s in one measurement). Its YNNPACK
-# reduction fusions (on by default in jaxlib 0.10) run its many small sums over draws and points
-# more slowly than the emitter's loops: without them a kidiq round at M = 50 runs in 1.1 s against
-# 1.9 s, a logistic regression's (N = 100) in 8.3 s against 12.5 s, to the same objectives up to
-# the order of the sums.
+# nes2000 at M = 10, ten parameters: no gain, 64 s against 58 s in one measurement). jaxlib 0.10
+# also hands some fusions to the YNNPACK library by default; its reductions run the program's many
+# small sums over draws and points about twice as slowly as the emitter's loops. The empty list
+# turns every library fusion off (the option takes enum names; XLA_FLAGS' "-reduce" form is not
+# accepted here): a kidiq round at M = 50 runs in 0.9 s against 1.9 s, a logistic regression's
+# (N = 100) rounds in 8.3 s against 12.5 s, to the same objectives up to the order of the sums,
+# for about 1 s more compiling.
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_experimental_ynn_fusion_type": ""}
 
 
