@@ -184,13 +184,11 @@ def share_strata(
     return pseudo.fit_cloud(shared, jnp.broadcast_to(pooled, (c, c * n, layout.dim)), within)
 
 
-def stratum_shares(
-    model: Callable, weighted: WeightedModel, layout: pseudo.Layout, theta_mean: Array
-) -> StratumShares | None:
+def stratum_shares(weighted: WeightedModel, layout: pseudo.Layout, theta_mean: Array) -> StratumShares | None:
     """The model's predictive over the strata of its discrete responses, at the draws' mean (unconstrained);
     None without discrete responses."""
     probe = layout.probe(jax.random.PRNGKey(0), PROBE_ROWS)
-    responses = set(observed_sites(model, weighted.fixed, probe))
+    responses = set(observed_sites(weighted.model, weighted.fixed, probe))
     bits = [name in responses for name, width in layout.widths(True).items() for _ in range(width)]
     if not any(bits):
         return None
@@ -228,12 +226,10 @@ def make_start(
     the model's predictive at the posterior mean of ``theta`` (the draws kept, unconstrained), and the
     covariates' coordinates whose scales (and, without a centre to their support, locations) the grid
     searches."""
-    fixed = weighted.fixed
-    posterior_mean = constrain_fn(
-        model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta.mean(axis=0))
-    )
+    fixed, theta_mean = weighted.fixed, theta.mean(axis=0)
+    posterior_mean = constrain_fn(model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta_mean))
     responses, predict = response_predictor(model, layout, fixed, posterior_mean)
-    shares = stratum_shares(model, weighted, layout, theta.mean(axis=0))
+    shares = stratum_shares(weighted, layout, theta_mean)
     searched = tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses))
     unit = pseudo.initial(n_points, layout)
     # each candidate is evaluated at three masses (pseudo.at_best_mass) on the subset of draws

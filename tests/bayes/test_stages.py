@@ -83,7 +83,7 @@ def test_the_strata_of_a_binary_response_get_its_predictive_shares_of_the_covari
     )
     weighted = WeightedModel(_logistic, ("x", "hs", "y"), {}, {"a": jnp.asarray(0.0), "b": jnp.asarray(0.0)})
     theta = jnp.asarray([[0.5, 1.5]])  # a, b (both real: unconstrained is constrained)
-    shares = stratum_shares(_logistic, weighted, layout, theta.mean(axis=0))
+    shares = stratum_shares(weighted, layout, theta.mean(axis=0))
     assert shares is not None and shares.responses.tolist() == [False, True]  # bits: hs, y
     strata = np.asarray(layout.strata)  # (hs, y): 00, 01, 10, 11
     n = 7
@@ -113,4 +113,4 @@ def test_a_model_without_discrete_responses_has_no_strata_shares():
             numpyro.sample("y", dist.Normal(b * x + hs, 1.0), obs=y)
 
     weighted = WeightedModel(model, ("x", "hs"), {"y": jnp.zeros(1)}, {"b": jnp.asarray(0.0)})
-    assert stratum_shares(model, weighted, layout, jnp.zeros(1)) is None
+    assert stratum_shares(weighted, layout, jnp.zeros(1)) is None
