@@ -308,46 +308,78 @@ def search_scales(
     moves together. ``at_once``: grid points evaluated together (memory), None: a whole grid.
     """
 
-    def best(candidate: Callable[[Array], Cloud], grid: Array) -> Cloud:
-        """The grid's best ``candidate(value)``, at its best mass. Only the grid goes through the chunked
-        map: a cloud with one coordinate has an empty ``lower``, which ``lax.map``'s batching cannot
-        reshape (a division by zero in JAX 0.10)."""
+    def best(cloud: Cloud, candidate: Callable[[Cloud, Array], Cloud], grid: Array) -> Cloud:
+        """The grid's best ``candidate(cloud, value)``, at its best mass. Only the grid goes through the
+        chunked map: a cloud with one coordinate has an empty ``lower``, which ``lax.map``'s batching
+        cannot reshape (a division by zero in JAX 0.10)."""
 
         def score(value: Array) -> tuple[Array, Array]:
-            value_at_best, scaled = at_best_mass(objective, candidate(value))
+            value_at_best, scaled = at_best_mass(objective, candidate(cloud, value))
             return value_at_best, scaled.log_mass
 
         values, log_masses = map_in_chunks(score, grid, at_once)
         i = jnp.argmin(values)
-        return candidate(grid[i])._replace(log_mass=log_masses[i])
+        return candidate(cloud, grid[i])._replace(log_mass=log_masses[i])
 
-    def scale(cloud: Cloud, index: Array) -> Cloud:
-        def over(grid: Array) -> Cloud:
-            return best(lambda v: cloud._replace(log_diag=cloud.log_diag.at[:, index].set(v)), grid)
+    def search(
+        put: Callable[[Cloud, Array, Array], Cloud],
+        grid: Sequence[float],
+        around: Callable[[Cloud, Array, Array], Array],
+        refinements: Sequence[float],
+    ) -> Callable[[Cloud, Array], Cloud]:
+        """One coordinate's grid, then each refinement of it around the best so far; every candidate
+        is the given cloud with only that coordinate's value put in."""
 
-        found = over(jnp.asarray(LOG_SCALE_GRID))
-        for step in SCALE_REFINEMENTS:
-            found = over(found.log_diag[0, index] + step * jnp.asarray([-1.0, 0.0, 1.0]))
-        return found
+        def run(cloud: Cloud, index: Array) -> Cloud:
+            def candidate(base: Cloud, value: Array) -> Cloud:
+                return put(base, index, value)
 
-    def shift(cloud: Cloud, index: Array) -> Cloud:
-        def over(grid: Array) -> Cloud:
-            return best(lambda v: cloud._replace(shift=cloud.shift.at[:, index].set(v)), grid)
+            def refine(found: Cloud, step: Array) -> tuple[Cloud, None]:
+                return best(cloud, candidate, around(found, index, step)), None
 
-        found = over(jnp.asarray(SHIFT_GRID))
-        for step in SHIFT_REFINEMENTS:
-            found = over(found.shift[0, index] * jnp.exp(step * jnp.asarray([-1.0, 0.0, 1.0])))
-        return found
+            found = best(cloud, candidate, jnp.asarray(grid))
+            return jax.lax.scan(refine, found, jnp.asarray(refinements))[0]
+
+        return run
+
+    sides = jnp.asarray([-1.0, 0.0, 1.0])
+    scale = search(
+        lambda c, i, v: c._replace(log_diag=c.log_diag.at[:, i].set(v)),
+        LOG_SCALE_GRID,
+        lambda found, i, step: found.log_diag[0, i] + step * sides,
+        SCALE_REFINEMENTS,
+    )
+    shift = search(
+        lambda c, i, v: c._replace(shift=c.shift.at[:, i].set(v)),
+        SHIFT_GRID,
+        lambda found, i, step: found.shift[0, i] * jnp.exp(step * sides),
+        SHIFT_REFINEMENTS,
+    )
 
     # The first sweep starts every searched coordinate collapsed, so each is sized as if it were the
     # only one varying (a covariate still 1,000 times too wide would swamp the others' scores); the
-    # second sizes each again with the others at their first-sweep scales.
+    # second sizes each again with the others at their first-sweep scales. A coordinate of unknown
+    # location is scaled, located, and scaled again. The sweeps are one loop over that plan, so the
+    # objective is compiled four times (each search's grid and refinements) whatever the number of
+    # coordinates: unrolled, a logistic regression with three covariates compiled it 66 times, 56 s.
+    scaling, shifting = 0, 1
+    plan = [
+        (kind, index)
+        for _ in range(2)
+        for index in coordinates
+        for kind in ((scaling, shifting, scaling) if index in located else (scaling,))
+    ]
     cloud = cloud._replace(log_diag=cloud.log_diag.at[:, list(coordinates)].set(LOG_SCALE_GRID[0]))
-    for _ in range(2):
-        for index in coordinates:
-            cloud = scale(cloud, index)
-            if index in located:
-                cloud = scale(shift(cloud, index), index)
+    if plan:
+        kinds, indices = (jnp.asarray(column) for column in zip(*plan, strict=True))
+
+        def operate(cloud: Cloud, step: tuple[Array, Array]) -> tuple[Cloud, None]:
+            kind, index = step
+            if not located:
+                return scale(cloud, index), None
+            return jax.lax.cond(kind == shifting, shift, scale, cloud, index), None
+
+        cloud = jax.lax.scan(operate, cloud, (kinds, indices))[0]
     return cloud if coordinates else at_best_mass(objective, cloud)[1]  # a grid's best has its best mass
 
 
