@@ -144,6 +144,23 @@ def test_scale_search_finds_the_order_of_magnitude_and_the_mass_in_closed_form()
     np.testing.assert_allclose(np.exp(found.log_mass[0]), 37.0, rtol=1e-9)
 
 
+def test_scale_search_locates_each_coordinate_of_unknown_location_on_its_own():
+    """Two coordinates located, orders of magnitude apart and of both signs: each search puts its value in
+    its own coordinate (one loop serves every coordinate), the scales exactly, the locations to the grid."""
+    layout = pseudo.Layout({"a": (2,)}, {})
+    cloud = pseudo.initial(5, layout).cloud
+    target, centre = jnp.array([7.0, -1.0]), jnp.array([1e3, -0.02])
+
+    def objective(c):
+        t, shape = jnp.exp(c.log_mass[0]), c.log_diag[0]
+        misplaced = jnp.sum(jnp.log1p(((c.shift[0] - centre) / centre) ** 2))
+        return t * (t - 2.0 * (30.0 + jnp.sum(shape))) + t * jnp.sum((shape - target) ** 2) + t * misplaced
+
+    found = pseudo.search_scales(objective, cloud, [0, 1], located=[0, 1])
+    np.testing.assert_allclose(found.log_diag[0], target + 1.0)
+    np.testing.assert_allclose(found.shift[0], centre, rtol=0.14)  # the finest refinement is e^±0.25
+
+
 def test_the_mass_profile_keeps_to_its_range_when_the_objective_falls_without_end():
     layout = pseudo.Layout({"a": (1,)}, {})
     cloud = pseudo.initial(5, layout).cloud
