@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.scipy.special import gammaln, xlog1py, xlogy
 from numpyro import handlers
-from numpyro.distributions import Distribution
+from numpyro.distributions import Distribution, GammaPoisson
 from numpyro.distributions.discrete import ZeroInflatedProbs
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 from numpyro.primitives import Messenger
@@ -58,8 +59,8 @@ class relax_support(Messenger):
     for the Poisson) is the continuous relaxation whose value equals the model's own at the
     integers: pseudo-data of such a column move over the reals of the relaxed support
     (:func:`bayes_recon.supports.column_supports`). A zero-inflated count gets the relaxation of
-    :class:`_RelaxedZeroInflated`. The user's distribution is not modified: the site gets an
-    unvalidated copy.
+    :class:`_RelaxedZeroInflated`, a negative binomial the formula of :class:`_GammaPoissonByLgamma`.
+    The user's distribution is not modified: the site gets an unvalidated copy.
     """
 
     def process_message(self, msg: dict[str, Any]) -> None:
@@ -81,11 +82,39 @@ class _RelaxedZeroInflated(ZeroInflatedProbs):
         return jnp.logaddexp(count, jnp.log(self.gate * jnp.sinc(value) ** 2 + 1e-300))
 
 
+class _GammaPoissonByLgamma(GammaPoisson):
+    """A negative binomial (NegativeBinomial2, …Probs, GammaPoisson) evaluated by log-gammas, not ``betaln``.
+
+    The same function, and more accurate (1e-11 from SciPy's at counts up to 3,000, where JAX's
+    ``betaln`` is up to 1e-6 off). The objective differentiates it four times (the score, its
+    Hessian, the gradient in the pseudo-data, Newton's Hessian), and ``betaln`` evaluates and
+    differentiates two formulas, one of them a series: its fourth derivative compiled 33 times
+    slower and ran 8 times slower than the log-gammas'.
+    """
+
+    def log_prob(self, value: Array) -> Array:
+        return (
+            gammaln(self.concentration + value)
+            - gammaln(self.concentration)
+            - gammaln(value + 1.0)
+            - xlogy(self.concentration, 1.0 + 1.0 / self.rate)
+            - xlog1py(value, self.rate)
+        )
+
+
+def _relaxed_kind(fn: Distribution) -> type:
+    if isinstance(fn, ZeroInflatedProbs):
+        return _RelaxedZeroInflated
+    if type(fn).log_prob is GammaPoisson.log_prob:  # not NegativeBinomialLogits: its own formula
+        return _GammaPoissonByLgamma
+    return type(fn)
+
+
 def unvalidated(fn: Any) -> Any:
     """A shallow copy of a distribution (and of the distributions it wraps) with validation off."""
     if not isinstance(fn, Distribution):
         return fn
-    kind = _RelaxedZeroInflated if isinstance(fn, ZeroInflatedProbs) else type(fn)
+    kind = _relaxed_kind(fn)
     copy = object.__new__(kind)
     copy.__dict__.update({k: unvalidated(v) for k, v in fn.__dict__.items()})
     copy._validate_args = False
