@@ -572,7 +572,8 @@ def registry(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
                 ("bar_truth", "no further from the truth than the (β, log σ) oracle + 1 %"),
                 ("truth_bar", TRUTH_BAR),
             ):
-                print(verdict(sum(r[key] for r in group), len(group), f"{what}: {name} M={m}"))
+                if all(r[key] is not None for r in group):  # no oracle bars without a linear oracle
+                    print(verdict(sum(r[key] for r in group), len(group), f"{what}: {name} M={m}"))
             print(reproduced(group, f"{name} M={m}"))
 
 
