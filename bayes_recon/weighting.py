@@ -103,6 +103,7 @@ class _GammaPoissonByLgamma(GammaPoisson):
 
 
 def _relaxed_kind(fn: Distribution) -> type:
+    """The class of ``fn``'s relaxed copy: its own, or one with a formula fit for the relaxed values."""
     if isinstance(fn, ZeroInflatedProbs):
         return _RelaxedZeroInflated
     if type(fn).log_prob is GammaPoisson.log_prob:  # not NegativeBinomialLogits: its own formula
