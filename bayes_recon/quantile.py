@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtri
 from numpyro.distributions import Distribution, constraints
+from numpyro.distributions.discrete import ZeroInflatedProbs
 
 Array = jax.Array
 WIDENING_STEPS = 40  # doublings of the first bracket (±10 sd), for heavy tails
@@ -47,7 +48,16 @@ def quantile(fn: Distribution, u: Array) -> Array:
 
 def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
     """Quantile of the lognormal with a count's mean and variance, shifted to its lower bound: smooth in
-    the count's parameters, so the stages can differentiate the predicted responses twice."""
+    the count's parameters, so the stages can differentiate the predicted responses twice.
+
+    A zero-inflated count puts its gate's share exactly at 0 and the rest through its base count's
+    stand-in: the lognormal of the mixture's mean and variance has no atom, and the gate is seen only
+    at the counts within a fraction of 0 (:class:`bayes_recon.weighting.relax_support`).
+    """
+    if isinstance(fn, ZeroInflatedProbs):
+        gate = jnp.broadcast_to(fn.gate, u.shape)
+        rest = relaxed_count_quantile(fn.base_dist, jnp.clip((u - gate) / (1.0 - gate), 1e-12, 1 - 1e-12))
+        return jnp.where(u < gate, 0.0, rest)
     if not isinstance(fn.support, constraints._IntegerGreaterThan):
         raise NotImplementedError(f"no quantile for the discrete support {fn.support}")
     low = fn.support.lower_bound
