@@ -79,15 +79,16 @@ def oracle_columns(entry: Entry, measure: br.WeightedMeasure, oracles: dict, tru
     vs_oracle = br.linear_model_errors(estimate, oracles["attack"].statistics)
     vs_truth = br.linear_model_errors(estimate, truth)
     raw_vs_truth = br.linear_model_errors(oracles["raw"].statistics, truth)
-    return {
-        "vs_oracle": vs_oracle,
-        "vs_truth": vs_truth,
-        "oracle_vs_truth": br.linear_model_errors(oracles["attack"].statistics, truth),
-        "raw_oracle_vs_truth": raw_vs_truth,
-        "oracle_spread": oracles["attack"].spread(),
-        "bar_oracle": max(vs_oracle.values()) <= 0.01,
-        "bar_truth": all(vs_truth[k] <= raw_vs_truth[k] + 0.01 for k in STATS),
-    }
+    values = (
+        vs_oracle,
+        vs_truth,
+        br.linear_model_errors(oracles["attack"].statistics, truth),
+        raw_vs_truth,
+        oracles["attack"].spread(),
+        max(vs_oracle.values()) <= 0.01,
+        all(vs_truth[k] <= raw_vs_truth[k] + 0.01 for k in STATS),
+    )
+    return dict(zip(ORACLE_COLUMNS, values, strict=True))
 
 
 def run_posterior(
@@ -122,9 +123,9 @@ def run_posterior(
                     "raw": oracle_for(result, entry.linear, Coordinates.identity(dim)),
                 }
             measure = result.measure
-            columns = dict.fromkeys(ORACLE_COLUMNS)
-            if linear:
-                columns = oracle_columns(entry, measure, oracles, truth)
+            columns = (
+                oracle_columns(entry, measure, oracles, truth) if linear else dict.fromkeys(ORACLE_COLUMNS)
+            )
             steps = int(result.history["steps_taken"].sum(axis=1).max())
             rows.append(
                 {
