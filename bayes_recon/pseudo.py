@@ -240,6 +240,12 @@ def base_points(key: Array, n_points: int, dim: int) -> Array:
     return jax.scipy.linalg.solve_triangular(jnp.linalg.cholesky(cov), u.T, lower=True).T
 
 
+def unit_points(cloud: Cloud, n_points: int) -> Points:
+    """Points on the cloud's base points, all of one weight."""
+    c, d = cloud.shift.shape
+    return Points(jnp.zeros((c, n_points, d)), jnp.zeros((c, n_points)))
+
+
 def initial(n_points: int, layout: Layout) -> Pseudo:
     """Unit clouds at the origin of the unconstrained space, total mass ``n_points`` shared by the strata."""
     c, d = layout.strata.shape[0], layout.dim
@@ -397,6 +403,13 @@ def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
     log_diag = jnp.log(jnp.diagonal(chol, axis1=1, axis2=2))
     rows, cols = np.tril_indices(z.shape[-1], -1)
     return cloud._replace(shift=mean, log_diag=log_diag, lower=chol[:, rows, cols])
+
+
+def whiten(cloud: Cloud, z: Array) -> Array:
+    """The cloud's base-point coordinates of the points z (C, M, D): the inverse of its affine map."""
+    centred = z - cloud.shift[:, None, :]
+    solve = jax.vmap(lambda scale, rows: jax.scipy.linalg.solve_triangular(scale, rows.T, lower=True).T)
+    return solve(cloud.scale(), centred)
 
 
 def measure(layout: Layout, params: Pseudo, base: Array) -> tuple[dict[str, Array], Array]:

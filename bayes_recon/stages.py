@@ -24,7 +24,7 @@ from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import Estimator
-from bayes_recon.objective import VALUE_BUDGET, Objectives, PseudoObjective, value_size
+from bayes_recon.objective import VALUE_BUDGET, Objectives, value_size
 from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
 from bayes_recon.quantile import quantile
 from bayes_recon.weighting import WeightedModel
@@ -120,19 +120,24 @@ def with_responses(
     responses: set[str],
     predict: Predictor | None,
     shares: StratumShares | None,
-    points: pseudo.Points,
     cloud: pseudo.Cloud,
     base: Array,
-) -> pseudo.Cloud:
-    """The cloud refitted to its own covariates with the responses drawn from the model's predictive.
+) -> pseudo.Pseudo:
+    """The cloud refitted to its own covariates with the responses drawn from the model's predictive,
+    and each point on its own draw.
 
     The cloud's own log-scales of the response coordinates, unused otherwise, scale the predictive's
     noise (0: the model's noise level): the residual spread is the statistic the posterior mean does
     not give, and trading it against the mass is what the cloud stage must be free to do.
-    Discrete responses (``shares``) stratify the pseudo-data instead: see :func:`share_strata`.
+    The refitted cloud has the draws' mean and covariance, and each point's residual puts it exactly
+    on its draw: a response whose predictive is not Gaussian (a mixture's two modes, a skewed
+    count's stand-in) keeps its shape, which a Gaussian cloud alone would lose (for a Gaussian
+    response the residuals are zero). Discrete responses (``shares``) stratify the pseudo-data
+    instead: see :func:`share_strata`.
     """
+    points = pseudo.unit_points(cloud, len(base))
     if predict is None and shares is None:
-        return cloud
+        return pseudo.Pseudo(cloud, points)
     data, weights = pseudo.measure(layout, pseudo.Pseudo(cloud, points), base)
     strata = len(weights) // len(base)
     if predict is not None:
@@ -142,8 +147,9 @@ def with_responses(
     z = layout.unconstrain(data)
     z = jnp.where(jnp.isfinite(z), z, 0.0).reshape(strata, len(base), layout.dim)
     if shares is None:
-        return pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
-    return share_strata(layout, shares, cloud, z, weights.reshape(strata, len(base)))
+        refitted = pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
+        return pseudo.Pseudo(refitted, points._replace(residual=pseudo.whiten(refitted, z) - base))
+    return pseudo.Pseudo(share_strata(layout, shares, cloud, z, weights.reshape(strata, len(base))), points)
 
 
 def share_strata(
@@ -214,7 +220,7 @@ class Start(NamedTuple):
     """Where every restart starts: the unit cloud, how responses are filled in, which scales are searched."""
 
     params: pseudo.Pseudo
-    with_responses: Callable[[pseudo.Cloud, Array], pseudo.Cloud]  # (cloud, base points) → cloud
+    with_responses: Callable[[pseudo.Cloud, Array], pseudo.Pseudo]  # (cloud, base points) → pseudo-data
     searched: tuple[int, ...]  # the covariates' coordinates
     located: tuple[int, ...]  # the covariates whose support has no centre: their location is searched too
     grid_at_once: int  # grid candidates evaluated together (memory)
@@ -244,7 +250,7 @@ def make_start(
     per_candidate = 3 * min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
     return Start(
         unit,
-        partial(with_responses, layout, responses, predict, shares, unit.points),
+        partial(with_responses, layout, responses, predict, shares),
         searched,
         tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
         max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
@@ -279,19 +285,13 @@ def run_stages(
         mean = w @ x / jnp.sum(w)
         return jnp.sum(w), mean, w @ (x - mean) ** 2 / jnp.sum(w)
 
-    def cloud_only(fn: PseudoObjective) -> Callable[[pseudo.Cloud, Array], Array]:
-        return lambda cloud, k: fn(pseudo.Pseudo(cloud, start.points), base, k)
-
-    def cloud_record(cloud: pseudo.Cloud) -> tuple[Array, Array, Array]:
-        return record(pseudo.Pseudo(cloud, start.points))
-
     keys = jax.random.split(key)
 
-    def responded(cloud: pseudo.Cloud) -> pseudo.Cloud:
+    def responded(cloud: pseudo.Cloud) -> pseudo.Pseudo:
         return begin.with_responses(cloud, base)
 
     scaled = pseudo.search_scales(
-        lambda cloud: cloud_only(objectives.coarse)(responded(cloud), keys[0]),
+        lambda cloud: objectives.coarse(responded(cloud), base, keys[0]),
         start.cloud,
         begin.searched,
         begin.located,
@@ -312,36 +312,33 @@ def run_stages(
     def free(stage: CloudStage) -> Array:
         return stage.all_draws & (not begin.stratified)
 
-    def fitted(stage: CloudStage, cloud: pseudo.Cloud) -> pseudo.Cloud:
+    def fitted(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud) -> pseudo.Pseudo:
+        """The pseudo-data of the stage's cloud: free responses keep the shape the stage began with."""
         cloud = cloud._replace(log_mass=jnp.where(stage.frozen_mass, scaled.log_mass, cloud.log_mass))
-        return tree_where(free(stage), cloud, responded(cloud))
+        return tree_where(free(stage), pseudo.Pseudo(cloud, shape), responded(cloud))
 
-    def cloud_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
-        return jax.lax.cond(
-            stage.all_draws,
-            cloud_only(objectives.full),
-            cloud_only(objectives.coarse),
-            fitted(stage, cloud),
-            k,
-        )
+    def cloud_objective(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud, k: Array) -> Array:
+        params = fitted(stage, shape, cloud)
+        return jax.lax.cond(stage.all_draws, objectives.full, objectives.coarse, params, base, k)
 
-    def subset_objective(stage: CloudStage, cloud: pseudo.Cloud, k: Array) -> Array:
-        return cloud_only(objectives.coarse)(fitted(stage, cloud), k)
+    def subset_objective(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud, k: Array) -> Array:
+        return objectives.coarse(fitted(stage, shape, cloud), base, k)
 
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
+        begun = responded(cloud)
         final, values, records, taken = minimise(
-            partial(cloud_objective, stage),
-            tree_where(free(stage), responded(cloud), cloud),
+            partial(cloud_objective, stage, begun.points),
+            tree_where(free(stage), begun.cloud, cloud),
             keys[0],
             config.coarse_steps,
             newton,
-            lambda c: cloud_record(fitted(stage, c)),
-            hessian_objective=partial(subset_objective, stage),
+            lambda c: record(fitted(stage, begun.points, c)),
+            hessian_objective=partial(subset_objective, stage, begun.points),
             tol=CLOUD_TOL,
             patience=2,  # Newton converges quadratically: two calm steps in a row are the end
             limit=stage.limit,
         )
-        return final.params, (values, records, taken)
+        return final.params, (fitted(stage, begun.points, final.params), values, records, taken)
 
     table = CloudStage(
         limit=jnp.asarray(stage_steps[:3]),
@@ -349,8 +346,8 @@ def run_stages(
         all_draws=jnp.asarray([False, False, True]),
     )
     if config.coarse_steps:
-        polished, (values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
-        polished = responded(polished) if begin.stratified else polished
+        _, (stage_ends, values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
+        polished = jax.tree_util.tree_map(lambda leaf: leaf[-1], stage_ends)
         cloud_values = [values[i, : stage_steps[i]] for i in range(3)]
         cloud_records = [tuple(r[i, : stage_steps[i]] for r in records) for i in range(3)]
     else:
@@ -358,7 +355,7 @@ def run_stages(
     last = objectives.minibatch if minibatched else objectives.full
     final, v3, r3, n3 = minimise(
         lambda params, k: last(params, base, k),
-        pseudo.Pseudo(polished, start.points),
+        polished,
         keys[1],
         stage_steps[3],
         fine,

@@ -11,7 +11,7 @@ from numpyro.distributions import constraints
 
 from bayes_recon import pseudo
 from bayes_recon.models import lookup
-from bayes_recon.stages import response_predictor, share_strata, stratum_shares
+from bayes_recon.stages import response_predictor, share_strata, stratum_shares, with_responses
 from bayes_recon.weighting import WeightedModel
 
 KIDIQ = "kidiq-kidscore_momiq"
@@ -46,6 +46,44 @@ def test_a_count_response_is_predicted_from_the_model():
     x = jnp.array([-2.0, 0.0, 2.0])
     median = predict({"x": x}, jnp.zeros((3, 1)))["y"]
     assert np.all(np.diff(median) > 0)  # rises with the covariate, like the count's mean exp(b x)
+
+
+def test_every_point_starts_on_its_predicted_response_even_where_the_predictive_has_two_modes():
+    """The refitted cloud has the predicted points' mean and covariance, and the points' residuals put
+    each on its own draw: a mixture's two modes survive (a Gaussian cloud alone had one), and a Gaussian
+    response needs no residual at all."""
+
+    def mixture(x, y=None):
+        gap = numpyro.sample("gap", dist.HalfNormal(10.0))
+        with numpyro.plate("data", x.shape[0]):
+            loc = x[:, None] + jnp.stack([jnp.zeros_like(gap), gap])
+            components = dist.Normal(loc, 0.5)
+            numpyro.sample(
+                "y", dist.MixtureSameFamily(dist.Categorical(jnp.array([0.5, 0.5])), components), obs=y
+            )
+
+    def line(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(b * x, 1.0), obs=y)
+
+    layout = pseudo.Layout({"x": (), "y": ()}, {})
+    base = pseudo.base_points(jax.random.PRNGKey(0), 200, layout.dim)
+    cloud = pseudo.initial(200, layout).cloud
+    for model, params in ((mixture, {"gap": jnp.asarray(8.0)}), (line, {"b": jnp.asarray(2.0)})):
+        _, predict = response_predictor(model, layout, {}, params)
+        start = with_responses(layout, {"y"}, predict, None, cloud, base)
+        points, _ = pseudo.measure(layout, start, base)
+        drawn = predict({"x": points["x"]}, base[:, 1:])["y"]
+        np.testing.assert_allclose(points["y"], drawn, atol=1e-9)
+        residual = np.abs(np.asarray(start.points.residual)).max()
+        if model is mixture:
+            assert (
+                np.mean(np.abs(np.asarray(drawn) - np.asarray(points["x"]) - 4.0) < 1.0) < 0.05
+            )  # two modes
+            assert residual > 0.1
+        else:
+            assert residual < 1e-6  # the refit's jitter (1e-9 of the variance)
 
 
 def test_the_grid_refines_a_scale_between_its_points():
