@@ -19,6 +19,8 @@ single x value: one direction of (a, b) left to the prior) that no later stage l
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtri
@@ -87,11 +89,40 @@ def _bracket(fn: Distribution, u: Array) -> tuple[Array, Array]:
 
 
 def _bisected(fn: Distribution, u: Array) -> Array:
+    return _bisect(lambda y: fn.cdf(y) < u, *_bracket(fn, u))
+
+
+def _bisect(below: Callable[[Array], Array], low: Array, high: Array) -> Array:
+    """The point where ``below`` turns from true to false, between ``low`` (true) and ``high`` (false)."""
+
     def halve(_: int, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
         low, high = bracket
         middle = (low + high) / 2
-        below = fn.cdf(middle) < u
-        return jnp.where(below, middle, low), jnp.where(below, high, middle)
+        lower = below(middle)
+        return jnp.where(lower, middle, low), jnp.where(lower, high, middle)
 
-    low, high = jax.lax.fori_loop(0, BISECTION_STEPS, halve, _bracket(fn, u))
+    low, high = jax.lax.fori_loop(0, BISECTION_STEPS, halve, (low, high))
     return (low + high) / 2
+
+
+def preimage(h: Callable[[Array], Array], target: Array) -> Array:
+    """z with h(z) = target, elementwise, for an elementwise monotone h over the reals (a model that
+    observes log(earn), as a function of earn's unconstrained value): bracketed by doublings from
+    [−1, 1], bisected, and differentiated implicitly (dz = dtarget / h'(z))."""
+    ones = jnp.ones_like(target)
+    rising = h(ones) >= h(-ones)
+
+    def below(z: Array) -> Array:
+        return jnp.where(rising, h(z) < target, h(z) > target)
+
+    def widen(_: int, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
+        low, high = bracket
+        width = high - low
+        return jnp.where(below(low), low, low - width), jnp.where(below(high), high + width, high)
+
+    def solve(_: Callable, __: Array) -> Array:
+        return _bisect(below, *jax.lax.fori_loop(0, 2 * WIDENING_STEPS, widen, (-ones, ones)))
+
+    return jax.lax.custom_root(
+        lambda z: h(z) - target, jnp.zeros_like(target), solve, lambda g, y: y / g(ones)
+    )

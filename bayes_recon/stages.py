@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn
 
@@ -26,7 +27,7 @@ from bayes_recon import pseudo
 from bayes_recon.divergence import Estimator
 from bayes_recon.objective import VALUE_BUDGET, Objectives, value_size
 from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
-from bayes_recon.quantile import quantile
+from bayes_recon.quantile import preimage, quantile
 from bayes_recon.weighting import WeightedModel
 
 if TYPE_CHECKING:  # reconstruct imports this module; the config is only read here
@@ -49,22 +50,69 @@ class StratumShares(NamedTuple):
 PROBE_ROWS = 16
 
 
-def observed_sites(model: Callable, fixed: Mapping[str, Any], probe: Mapping[str, Array]) -> dict[str, str]:
-    """The free columns that are an observed site's values (responses), each with its site's name."""
+def observed_values(
+    model: Callable, fixed: Mapping[str, Any]
+) -> Callable[[Mapping[str, Array]], dict[str, Array]]:
+    """The model's observed sites' values given the data, its latent sites at arbitrary values."""
 
     @jax.jit  # one compilation instead of one per operation of the model
-    def observed_values(probe: Mapping[str, Array]) -> dict[str, Array]:
+    def values(data: Mapping[str, Array]) -> dict[str, Array]:
         trace = handlers.trace(
             handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-        ).get_trace(**fixed, **probe)
+        ).get_trace(**fixed, **data)
         return {name: site["value"] for name, site in trace.items() if site.get("is_observed")}
 
+    return values
+
+
+def observed_sites(model: Callable, fixed: Mapping[str, Any], probe: Mapping[str, Array]) -> dict[str, str]:
+    """The free columns that are an observed site's values (responses), each with its site's name."""
     return {
         column: name
-        for name, site_value in observed_values(probe).items()
+        for name, site_value in observed_values(model, fixed)(probe).items()
         for column, value in probe.items()
         if jnp.shape(site_value) == jnp.shape(value) and np.allclose(site_value, value)
     }
+
+
+def transformed_sites(
+    model: Callable, fixed: Mapping[str, Any], probe: Mapping[str, Array], columns: set[str]
+) -> dict[str, str]:
+    """The continuous ``columns`` of which an observed site's values are an elementwise function of their
+    own (log(earn) observed for a column earn), each with its site's name.
+
+    At the probe, the site's derivative along the column must be elementwise (a random tangent's
+    derivative is the unit tangent's times it) and nowhere zero, and zero along every other column.
+    """
+    floating = {k: v for k, v in probe.items() if jnp.issubdtype(jnp.result_type(v), jnp.floating)}
+    rest = {k: v for k, v in probe.items() if k not in floating}
+    values = observed_values(model, fixed)
+
+    def derivative(column: str, tangent: Array, elsewhere: float = 0.0) -> dict[str, Array]:
+        """The observed sites' derivative along ``tangent`` on ``column`` and ``elsewhere`` on the others."""
+        tangents = {k: tangent if k == column else jnp.full_like(v, elsewhere) for k, v in floating.items()}
+        return jax.jvp(lambda data: values({**rest, **data}), (floating,), (tangents,))[1]
+
+    found = {}
+    for column in columns:
+        tangent = jax.random.uniform(
+            jax.random.PRNGKey(1), jnp.shape(floating[column]), minval=0.5, maxval=1.5
+        )
+        ones = jnp.ones_like(tangent)
+        unit, along, across = (
+            derivative(column, ones),
+            derivative(column, tangent),
+            derivative(column, 0 * ones, elsewhere=1.0),
+        )
+        for name, d in unit.items():
+            if (
+                jnp.shape(d) == jnp.shape(tangent)
+                and np.all(np.abs(np.asarray(d)) > 0)
+                and np.allclose(along[name], d * tangent)
+                and np.all(np.asarray(across[name]) == 0)
+            ):
+                found[column] = name
+    return found
 
 
 def response_predictor(
@@ -81,22 +129,35 @@ def response_predictor(
     covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
     """
     probe = layout.probe(jax.random.PRNGKey(0), PROBE_ROWS)
-    sites = {
-        column: name
-        for column, name in observed_sites(model, fixed, probe).items()
-        if not pseudo.is_discrete(layout.support(column))
+    continuous = set(layout.widths(False))
+    direct = {
+        column: name for column, name in observed_sites(model, fixed, probe).items() if column in continuous
     }
+    transformed = transformed_sites(model, fixed, probe, continuous - set(direct))
+    sites = {
+        column: {**direct, **transformed}[column]
+        for column in layout.shapes
+        if column in {**direct, **transformed}
+    }
+    run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
 
     def predict(data: Mapping[str, Array], noise: Array) -> dict[str, Array]:
         covariates = {k: v for k, v in data.items() if k not in sites}
-        run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
         sampled = run.get_trace(**fixed, **covariates)
         out, start = {}, 0
         for column, name in sites.items():
             shape = jnp.shape(sampled[name]["value"])
             width = int(np.prod(shape[1:], dtype=int))
             level = jax.scipy.special.ndtr(noise[:, start : start + width].reshape(shape))
-            out[column] = quantile(sampled[name]["fn"], jnp.clip(level, 1e-12, 1 - 1e-12))
+            value = quantile(sampled[name]["fn"], jnp.clip(level, 1e-12, 1 - 1e-12))
+            if column in transformed:  # the column whose transform the draw is: solved for, elementwise
+                to_column = biject_to(layout.support(column))
+
+                def observed(z: Array, column: str = column, name: str = name, to_column=to_column) -> Array:
+                    return run.get_trace(**fixed, **covariates, **{column: to_column(z)})[name]["value"]
+
+                value = to_column(preimage(observed, value))
+            out[column] = value
             start += width
         return out
 

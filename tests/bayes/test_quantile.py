@@ -8,7 +8,7 @@ import numpy as np
 import numpyro.distributions as dist
 import pytest
 
-from bayes_recon.quantile import quantile
+from bayes_recon.quantile import preimage, quantile
 
 LEVELS = jnp.array([1e-6, 0.3, 0.5, 0.9, 0.999])
 
@@ -92,3 +92,18 @@ def test_a_zero_inflated_counts_quantile_puts_the_gates_share_exactly_at_zero():
     second = jax.grad(jax.grad(total))(gate)
     assert np.isfinite(second)
     np.testing.assert_allclose(jax.grad(total)(gate), central_difference(total, gate[None])[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "h",
+    [lambda z: z / np.log(10.0), lambda z: 3.0 - 2.0 * z, lambda z: jnp.exp(z) + z**3],
+    ids=["log10 of exp", "falling", "convex"],
+)
+def test_the_preimage_of_a_monotone_map_inverts_it_and_differentiates_implicitly(h):
+    """An observed log10(earn) is z / ln 10 in earn's unconstrained z; the solve finds z from far away
+    (a target 10⁴ takes doublings of the bracket) and its derivative is 1 / h'(z)."""
+    target = jnp.array([-30.0, 0.5, 1e4])
+    z = preimage(h, target)
+    np.testing.assert_allclose(h(z), target, rtol=1e-10, atol=1e-10)
+    slope = jax.vmap(jax.grad(h))(z)
+    np.testing.assert_allclose(jax.jacfwd(lambda t: preimage(h, t))(target), np.diag(1.0 / slope), rtol=1e-8)
