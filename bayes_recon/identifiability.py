@@ -333,11 +333,10 @@ def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndar
     @jax.jit
     def draw(key: jax.Array) -> dict[str, jax.Array]:
         k1, k2, k3 = jax.random.split(key, 3)
-        points = layout.assemble(jax.random.normal(k1, (n, layout.dim)), layout.random_bits(k2, n))
-        if predict is None:
-            return points
-        noise = jax.random.normal(k3, (n, len(layout.coordinates_of(responses))))
-        return {**points, **predict(points, noise)}
+        z, bits = jax.random.normal(k1, (n, layout.dim)), layout.random_bits(k2, n)
+        if predict is not None:
+            z = predict(z, bits, jax.random.normal(k3, (n, len(responses))))
+        return layout.assemble(z, bits)
 
     return {k: np.asarray(v) for k, v in draw(jax.random.PRNGKey(seed)).items()}
 

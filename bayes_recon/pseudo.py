@@ -412,12 +412,17 @@ def whiten(cloud: Cloud, z: Array) -> Array:
     return solve(cloud.scale(), centred)
 
 
-def measure(layout: Layout, params: Pseudo, base: Array) -> tuple[dict[str, Array], Array]:
-    """The pseudo-data (by name, in each column's support) and their weights: C·M rows, stratum by stratum."""
+def coordinates(layout: Layout, params: Pseudo, base: Array) -> tuple[Array, Array, Array]:
+    """The pseudo-data's unconstrained continuous (C·M, D) and discrete (C·M, B) coordinates and their
+    weights: C·M rows, stratum by stratum."""
     cloud, points = params
     z = cloud.shift[:, None, :] + jnp.einsum("cmd,ced->cme", base + points.residual, cloud.scale())
     n = points.logit.shape[1]
     w = jnp.exp(cloud.log_mass)[:, None] * n * jax.nn.softmax(points.logit, axis=1)
-    strata = layout.strata
-    bits = jnp.repeat(strata, n, axis=0)
-    return layout.assemble(z.reshape(-1, layout.dim), bits), w.reshape(-1)
+    return z.reshape(-1, layout.dim), jnp.repeat(layout.strata, n, axis=0), w.reshape(-1)
+
+
+def measure(layout: Layout, params: Pseudo, base: Array) -> tuple[dict[str, Array], Array]:
+    """The pseudo-data (by name, in each column's support) and their weights: C·M rows, stratum by stratum."""
+    z, bits, w = coordinates(layout, params, base)
+    return layout.assemble(z, bits), w

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # reconstruct imports this module; the config is only read he
 
 Array = jax.Array
 
-Predictor = Callable[[Mapping[str, Array], Array], dict[str, Array]]
+Predictor = Callable[[Array, Array, Array], Array]  # (z, bits, noise) → z with the responses drawn
 
 
 class StratumShares(NamedTuple):
@@ -75,50 +75,64 @@ def observed_sites(model: Callable, fixed: Mapping[str, Any], probe: Mapping[str
     }
 
 
-def transformed_sites(
-    model: Callable, fixed: Mapping[str, Any], probe: Mapping[str, Array], columns: set[str]
-) -> dict[str, str]:
-    """The continuous ``columns`` of which an observed site's values are an elementwise function of their
-    own (log(earn) observed for a column earn), each with its site's name.
+class Response(NamedTuple):
+    """A continuous data coordinate that an observed site's element depends on alone, row by row."""
 
-    At the probe, the site's derivative along the column must be elementwise (a random tangent's
-    derivative is the unit tangent's times it) and nowhere zero, and zero along every other column.
+    site: str
+    element: int  # within a row of the site's value, flattened
+    direct: bool  # the element is the coordinate's own constrained value (kid_score), not a transform of it
+
+
+def response_coordinates(
+    model: Callable, fixed: Mapping[str, Any], layout: pseudo.Layout, key: Array
+) -> dict[int, Response]:
+    """The continuous coordinates that are responses: an observed site's element, in every row, depends on
+    that coordinate of its own row and on nothing else (kid_score; log(earn) for a column earn; an
+    AR(K) model's last window entry).
+
+    Found at a probe of random points from derivatives: along the coordinate, one random tangent per
+    row must give the unit tangent's derivative times it (its own row only, nowhere zero), and along
+    every other coordinate none.
     """
-    floating = {k: v for k, v in probe.items() if jnp.issubdtype(jnp.result_type(v), jnp.floating)}
-    rest = {k: v for k, v in probe.items() if k not in floating}
+    k1, k2, k3 = jax.random.split(key, 3)
+    z = 2.0 * jax.random.normal(k1, (PROBE_ROWS, layout.dim))
+    bits = layout.random_bits(k2, PROBE_ROWS)
     values = observed_values(model, fixed)
 
-    def derivative(column: str, tangent: Array, elsewhere: float = 0.0) -> dict[str, Array]:
-        """The observed sites' derivative along ``tangent`` on ``column`` and ``elsewhere`` on the others."""
-        tangents = {k: tangent if k == column else jnp.full_like(v, elsewhere) for k, v in floating.items()}
-        return jax.jvp(lambda data: values({**rest, **data}), (floating,), (tangents,))[1]
+    def observed(z: Array) -> dict[str, Array]:
+        return {name: v.reshape(PROBE_ROWS, -1) for name, v in values(layout.assemble(z, bits)).items()}
 
+    def along(tangent: Array) -> dict[str, np.ndarray]:
+        return {name: np.asarray(d) for name, d in jax.jvp(observed, (z,), (tangent,))[1].items()}
+
+    at_probe = {name: np.asarray(v) for name, v in observed(z).items()}
+    constrained = {
+        name: np.asarray(v).reshape(PROBE_ROWS, -1) for name, v in layout.assemble(z, bits).items()
+    }
+    owner = [(name, i) for name, width in layout.widths(False).items() for i in range(width)]
+    row_tangent = jax.random.uniform(k3, (PROBE_ROWS,), minval=0.5, maxval=1.5)
+    units = [along(jnp.zeros_like(z).at[:, d].set(1.0)) for d in range(layout.dim)]
     found = {}
-    for column in columns:
-        tangent = jax.random.uniform(
-            jax.random.PRNGKey(1), jnp.shape(floating[column]), minval=0.5, maxval=1.5
-        )
-        ones = jnp.ones_like(tangent)
-        unit, along, across = (
-            derivative(column, ones),
-            derivative(column, tangent),
-            derivative(column, 0 * ones, elsewhere=1.0),
-        )
-        for name, d in unit.items():
-            if (
-                jnp.shape(d) == jnp.shape(tangent)
-                and np.all(np.abs(np.asarray(d)) > 0)
-                and np.allclose(along[name], d * tangent)
-                and np.all(np.asarray(across[name]) == 0)
-            ):
-                found[column] = name
+    for d in range(layout.dim):
+        scaled = along(jnp.zeros_like(z).at[:, d].set(row_tangent))
+        for name, unit in units[d].items():
+            for element in range(unit.shape[1]):
+                alone = all(
+                    np.all(units[other][name][:, element] == 0) for other in range(layout.dim) if other != d
+                )
+                own_row = np.allclose(scaled[name][:, element], unit[:, element] * np.asarray(row_tangent))
+                if alone and own_row and np.all(unit[:, element] != 0):
+                    column, index = owner[d]
+                    direct = np.allclose(at_probe[name][:, element], constrained[column][:, index])
+                    found[d] = Response(name, element, bool(direct))
     return found
 
 
 def response_predictor(
     model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], params: Mapping[str, Array]
-) -> tuple[set[str], Predictor | None]:
-    """The free columns that are an observed site's values (responses), and a sampler of them given the rest.
+) -> tuple[tuple[int, ...], Predictor | None]:
+    """The continuous coordinates that are responses (:func:`response_coordinates`), and a sampler of them
+    given the rest.
 
     Responses (kid_score, earn, y) have a generative model and covariates do not. Drawing the
     responses from the model at the posterior mean ``params``, given the pseudo-covariates, puts
@@ -127,58 +141,55 @@ def response_predictor(
     through the distribution's quantile function (:func:`bayes_recon.quantile.quantile`; a count's is
     a smooth stand-in with its mean and variance): with noise that is exactly uncorrelated with the
     covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
+    A coordinate the model observes through a transform (log(earn)) is solved for the drawn value
+    (:func:`bayes_recon.quantile.preimage`).
     """
-    probe = layout.probe(jax.random.PRNGKey(0), PROBE_ROWS)
-    continuous = set(layout.widths(False))
-    direct = {
-        column: name for column, name in observed_sites(model, fixed, probe).items() if column in continuous
-    }
-    transformed = transformed_sites(model, fixed, probe, continuous - set(direct))
-    sites = {
-        column: {**direct, **transformed}[column]
-        for column in layout.shapes
-        if column in {**direct, **transformed}
-    }
+    found = response_coordinates(model, fixed, layout, jax.random.PRNGKey(0))
+    responses = tuple(sorted(found))
     run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
+    owner = [(name, width) for name, width in layout.widths(False).items() for _ in range(width)]
 
-    def predict(data: Mapping[str, Array], noise: Array) -> dict[str, Array]:
-        covariates = {k: v for k, v in data.items() if k not in sites}
-        sampled = run.get_trace(**fixed, **covariates)
-        out, start = {}, 0
-        for column, name in sites.items():
-            shape = jnp.shape(sampled[name]["value"])
-            width = int(np.prod(shape[1:], dtype=int))
-            level = jax.scipy.special.ndtr(noise[:, start : start + width].reshape(shape))
-            value = quantile(sampled[name]["fn"], jnp.clip(level, 1e-12, 1 - 1e-12))
-            if column in transformed:  # the column whose transform the draw is: solved for, elementwise
-                to_column = biject_to(layout.support(column))
+    def predict(z: Array, bits: Array, noise: Array) -> Array:
+        def site_of(z: Array, response: Response) -> Any:
+            site = run.get_trace(**fixed, **layout.assemble(z, bits))[response.site]
+            return site["fn"], jnp.reshape(site["value"], (len(z), -1))[:, response.element]
 
-                def observed(z: Array, column: str = column, name: str = name, to_column=to_column) -> Array:
-                    return run.get_trace(**fixed, **covariates, **{column: to_column(z)})[name]["value"]
+        for i, d in enumerate(responses):
+            response = found[d]
+            fn, _ = site_of(z, response)
+            level = jax.scipy.special.ndtr(noise[:, i])
+            shape = fn.shape()
+            level = (
+                jnp.full((len(z), int(np.prod(shape[1:], dtype=int))), 0.5).at[:, response.element].set(level)
+            )
+            drawn = quantile(fn, jnp.clip(level.reshape(shape), 1e-12, 1 - 1e-12))
+            target = jnp.reshape(drawn, (len(z), -1))[:, response.element]
+            if response.direct:
+                value = biject_to(layout.support(owner[d][0])).inv(target)
+            else:
 
-                value = to_column(preimage(observed, value))
-            out[column] = value
-            start += width
-        return out
+                def observed(value: Array, z: Array = z, d: int = d, response: Response = response) -> Array:
+                    return site_of(z.at[:, d].set(value), response)[1]
 
-    if not sites:
-        return set(), None
-    noise = jnp.zeros((PROBE_ROWS, len(layout.coordinates_of(set(sites)))))
-    continuous = {k: v for k, v in probe.items() if jnp.issubdtype(jnp.result_type(v), jnp.floating)}
+                value = preimage(observed, target)
+            z = z.at[:, d].set(value)
+        return z
 
-    def total(columns: Mapping[str, Array]) -> Array:
-        return sum(jnp.sum(value) for value in predict({**probe, **columns}, noise).values())
-
-    try:  # the stages differentiate the responses twice with respect to the (continuous) covariates
-        jax.eval_shape(jax.hessian(total), continuous)
+    if not responses:
+        return (), None
+    probe = 2.0 * jax.random.normal(jax.random.PRNGKey(1), (PROBE_ROWS, layout.dim))
+    bits = layout.random_bits(jax.random.PRNGKey(2), PROBE_ROWS)
+    noise = jnp.zeros((PROBE_ROWS, len(responses)))
+    try:  # the stages differentiate the responses twice with respect to the covariates
+        jax.eval_shape(jax.hessian(lambda z: jnp.sum(predict(z, bits, noise))), probe)
     except Exception:  # no default argument, no quantile function, or one without derivatives
-        return set(), None
-    return set(sites), predict
+        return (), None
+    return responses, predict
 
 
 def with_responses(
     layout: pseudo.Layout,
-    responses: set[str],
+    responses: tuple[int, ...],
     predict: Predictor | None,
     shares: StratumShares | None,
     cloud: pseudo.Cloud,
@@ -199,13 +210,12 @@ def with_responses(
     points = pseudo.unit_points(cloud, len(base))
     if predict is None and shares is None:
         return pseudo.Pseudo(cloud, points)
-    data, weights = pseudo.measure(layout, pseudo.Pseudo(cloud, points), base)
+    z, bits, weights = pseudo.coordinates(layout, pseudo.Pseudo(cloud, points), base)
     strata = len(weights) // len(base)
     if predict is not None:
-        columns = np.asarray(layout.coordinates_of(responses), dtype=int)
+        columns = np.asarray(responses, dtype=int)
         noise = base[None, :, columns] * jnp.exp(cloud.log_diag[:, None, columns])
-        data = {**data, **predict(data, noise.reshape(strata * len(base), len(columns)))}
-    z = layout.unconstrain(data)
+        z = predict(z, bits, noise.reshape(strata * len(base), len(columns)))
     z = jnp.where(jnp.isfinite(z), z, 0.0).reshape(strata, len(base), layout.dim)
     if shares is None:
         refitted = pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
@@ -305,7 +315,7 @@ def make_start(
     posterior_mean = constrain_fn(model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta_mean))
     responses, predict = response_predictor(model, layout, fixed, posterior_mean)
     shares = stratum_shares(weighted, layout, theta_mean)
-    searched = tuple(i for i in range(layout.dim) if i not in layout.coordinates_of(responses))
+    searched = tuple(i for i in range(layout.dim) if i not in responses)
     unit = pseudo.initial(n_points, layout)
     # each candidate is evaluated at three masses (pseudo.at_best_mass) on the subset of draws
     per_candidate = 3 * min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size

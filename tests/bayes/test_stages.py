@@ -12,11 +12,11 @@ from numpyro.distributions import constraints
 from bayes_recon import pseudo
 from bayes_recon.models import lookup
 from bayes_recon.stages import (
-    PROBE_ROWS,
+    Response,
+    response_coordinates,
     response_predictor,
     share_strata,
     stratum_shares,
-    transformed_sites,
     with_responses,
 )
 from bayes_recon.weighting import WeightedModel
@@ -24,16 +24,24 @@ from bayes_recon.weighting import WeightedModel
 KIDIQ = "kidiq-kidscore_momiq"
 
 
+def predicted(predict, layout: pseudo.Layout, covariates: dict, noise: jax.Array) -> dict:
+    """The predictor's draws at these covariates' values, as data."""
+    n = len(next(iter(covariates.values())))
+    bits = jnp.zeros((n, layout.discrete_dim))
+    z = layout.unconstrain({**layout.assemble(jnp.zeros((n, layout.dim)), bits), **covariates})
+    return layout.assemble(predict(z, bits, noise), bits)
+
+
 def test_response_predictor_finds_the_observed_column_and_predicts_the_regression_line():
     entry = lookup(KIDIQ)
     layout = pseudo.Layout({"mom_iq": (), "kid_score": ()}, entry.support)
     params = {"beta": jnp.array([26.0, 0.6]), "sigma": jnp.asarray(18.0)}
     responses, predict = response_predictor(entry.model, layout, {}, params)
-    assert responses == {"kid_score"}
+    assert responses == (1,)
     mom_iq = jnp.array([80.0, 100.0, 120.0])
-    mean = predict({"mom_iq": mom_iq}, jnp.zeros((3, 1)))["kid_score"]
+    mean = predicted(predict, layout, {"mom_iq": mom_iq}, jnp.zeros((3, 1)))["kid_score"]
     np.testing.assert_allclose(mean, 26.0 + 0.6 * mom_iq, rtol=1e-9)
-    high = predict({"mom_iq": mom_iq}, jnp.ones((3, 1)))["kid_score"]
+    high = predicted(predict, layout, {"mom_iq": mom_iq}, jnp.ones((3, 1)))["kid_score"]
     np.testing.assert_allclose(high - mean, 18.0, rtol=1e-6)  # noise maps through the quantile function
 
 
@@ -49,17 +57,18 @@ def test_a_count_response_is_predicted_from_the_model():
 
     layout = pseudo.Layout({"x": (), "y": ()}, {"y": numpyro.distributions.constraints.positive})
     responses, predict = response_predictor(model, layout, {}, {"b": jnp.asarray(0.5)})
-    assert responses == {"y"}
+    assert responses == (1,)
     x = jnp.array([-2.0, 0.0, 2.0])
-    median = predict({"x": x}, jnp.zeros((3, 1)))["y"]
+    median = predicted(predict, layout, {"x": x}, jnp.zeros((3, 1)))["y"]
     assert np.all(np.diff(median) > 0)  # rises with the covariate, like the count's mean exp(b x)
 
 
-def test_a_response_the_model_observes_through_a_transform_is_found_and_predicted():
-    """Stan's earnings and mesquite models observe log(earn) and log(weight) of the free column: the
-    column is a response all the same (before, it stayed in the cloud, uncorrelated with the
-    covariates at the start: earnings-logearn_interaction at M = 10 ended 2 % off its oracle, above
-    the truth's objective). A site that also moves with a covariate (y − x) is not one."""
+def test_a_response_is_a_coordinate_an_observed_site_depends_on_alone_directly_or_through_a_transform():
+    """Stan's earnings and mesquite models observe log(earn) and log(weight) of the free column, an AR(K)
+    model its window's last entry: each is a response all the same (before, such a coordinate stayed
+    in the cloud, uncorrelated with the covariates at the start: earnings-logearn_interaction at
+    M = 10 ended 2 % off its oracle, above the truth's objective). A site that also moves with a
+    covariate (y − x) has none."""
 
     def log_response(x, earn=None):
         b = numpyro.sample("b", dist.Normal(0.0, 1.0))
@@ -68,23 +77,31 @@ def test_a_response_the_model_observes_through_a_transform_is_found_and_predicte
                 "log_earn", dist.Normal(1.0 + b * x, 0.5), obs=None if earn is None else jnp.log(earn)
             )
 
-    def difference(x, y=None):
+    def difference(x, y):
         with numpyro.plate("data", x.shape[0]):
-            numpyro.sample("gap", dist.Normal(0.0, 1.0), obs=None if y is None else y - x)
+            numpyro.sample("gap", dist.Normal(0.0, 1.0), obs=y - x)
 
-    layout = pseudo.Layout({"x": (), "earn": ()}, {"earn": constraints.positive})
-    probe = layout.probe(jax.random.PRNGKey(0), PROBE_ROWS)
-    assert transformed_sites(log_response, {}, probe, {"x", "earn"}) == {"earn": "log_earn"}
-    probe = {"x": probe["x"], "y": probe["earn"]}
-    assert transformed_sites(difference, {}, probe, {"x", "y"}) == {}
+    def windows(window):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", window.shape[0]):
+            numpyro.sample("y", dist.Normal(b * window[:, 1], 1.0), obs=window[:, 2])
 
-    responses, predict = response_predictor(log_response, layout, {}, {"b": jnp.asarray(2.0)})
-    assert responses == {"earn"}
+    key = jax.random.PRNGKey(0)
+    earnings = pseudo.Layout({"x": (), "earn": ()}, {"earn": constraints.positive})
+    assert response_coordinates(log_response, {}, earnings, key) == {1: Response("log_earn", 0, False)}
+    assert response_coordinates(difference, {}, pseudo.Layout({"x": (), "y": ()}, {}), key) == {}
+    ar = pseudo.Layout({"window": (3,)}, {})
+    assert response_coordinates(windows, {}, ar, key) == {2: Response("y", 0, True)}
+
+    responses, predict = response_predictor(log_response, earnings, {}, {"b": jnp.asarray(2.0)})
+    assert responses == (1,)
     x = jnp.array([-1.0, 0.0, 1.0])
-    earn = predict({"x": x}, jnp.ones((3, 1)))["earn"]
-    np.testing.assert_allclose(
-        jnp.log(earn), 1.0 + 2.0 * x + 0.5, rtol=1e-9
-    )  # the noise's quantile, on the log
+    earn = predicted(predict, earnings, {"x": x}, jnp.ones((3, 1)))["earn"]
+    np.testing.assert_allclose(jnp.log(earn), 1.0 + 2.0 * x + 0.5, rtol=1e-9)  # one sd up, on the log
+    _, predict = response_predictor(windows, ar, {}, {"b": jnp.asarray(0.5)})
+    lags = jnp.array([[0.0, 2.0, 0.0], [1.0, -4.0, 0.0]])
+    window = predicted(predict, ar, {"window": lags}, jnp.zeros((2, 1)))["window"]
+    np.testing.assert_allclose(window, [[0.0, 2.0, 1.0], [1.0, -4.0, -2.0]], rtol=1e-9)
 
 
 def test_every_point_starts_on_its_predicted_response_even_where_the_predictive_has_two_modes():
@@ -111,9 +128,9 @@ def test_every_point_starts_on_its_predicted_response_even_where_the_predictive_
     cloud = pseudo.initial(200, layout).cloud
     for model, params in ((mixture, {"gap": jnp.asarray(8.0)}), (line, {"b": jnp.asarray(2.0)})):
         _, predict = response_predictor(model, layout, {}, params)
-        start = with_responses(layout, {"y"}, predict, None, cloud, base)
+        start = with_responses(layout, (1,), predict, None, cloud, base)
         points, _ = pseudo.measure(layout, start, base)
-        drawn = predict({"x": points["x"]}, base[:, 1:])["y"]
+        drawn = predicted(predict, layout, {"x": points["x"]}, base[:, 1:])["y"]
         np.testing.assert_allclose(points["y"], drawn, atol=1e-9)
         residual = np.abs(np.asarray(start.points.residual)).max()
         if model is mixture:
