@@ -99,8 +99,9 @@ def response_coordinates(
     bits = layout.random_bits(k2, PROBE_ROWS)
     values = observed_values(model, fixed)
 
-    def observed(z: Array) -> dict[str, Array]:
-        return {name: v.reshape(PROBE_ROWS, -1) for name, v in values(layout.assemble(z, bits)).items()}
+    def observed(z: Array) -> dict[str, Array]:  # integer values (a binomial count) have no derivative
+        sites = values(layout.assemble(z, bits)).items()
+        return {name: v.reshape(PROBE_ROWS, -1) for name, v in sites if jnp.issubdtype(v.dtype, jnp.floating)}
 
     def along(tangent: Array) -> dict[str, np.ndarray]:
         return {name: np.asarray(d) for name, d in jax.jvp(observed, (z,), (tangent,))[1].items()}

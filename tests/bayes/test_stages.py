@@ -81,6 +81,11 @@ def test_a_response_is_a_coordinate_an_observed_site_depends_on_alone_directly_o
         with numpyro.plate("data", x.shape[0]):
             numpyro.sample("gap", dist.Normal(0.0, 1.0), obs=y - x)
 
+    def binomial(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Binomial(5, logits=b * x), obs=y)
+
     def windows(window):
         b = numpyro.sample("b", dist.Normal(0.0, 1.0))
         with numpyro.plate("data", window.shape[0]):
@@ -90,6 +95,8 @@ def test_a_response_is_a_coordinate_an_observed_site_depends_on_alone_directly_o
     earnings = pseudo.Layout({"x": (), "earn": ()}, {"earn": constraints.positive})
     assert response_coordinates(log_response, {}, earnings, key) == {1: Response("log_earn", 0, False)}
     assert response_coordinates(difference, {}, pseudo.Layout({"x": (), "y": ()}, {}), key) == {}
+    counts = pseudo.Layout({"x": (), "y": ()}, {"y": constraints.integer_interval(0, 5)})
+    assert response_coordinates(binomial, {}, counts, key) == {}  # a count stratifies instead
     ar = pseudo.Layout({"window": (3,)}, {})
     assert response_coordinates(windows, {}, ar, key) == {2: Response("y", 0, True)}
 
