@@ -407,9 +407,7 @@ def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
 
 def whiten(cloud: Cloud, z: Array) -> Array:
     """The cloud's base-point coordinates of the points z (C, M, D): the inverse of its affine map."""
-    centred = z - cloud.shift[:, None, :]
-    solve = jax.vmap(lambda scale, rows: jax.scipy.linalg.solve_triangular(scale, rows.T, lower=True).T)
-    return solve(cloud.scale(), centred)
+    return jnp.einsum("cde,cme->cmd", jnp.linalg.inv(cloud.scale()), z - cloud.shift[:, None, :])
 
 
 def coordinates(layout: Layout, params: Pseudo, base: Array) -> tuple[Array, Array, Array]:
