@@ -113,7 +113,8 @@ def preimage(h: Callable[[Array], Array], target: Array) -> Array:
     rising = h(ones) >= h(-ones)
 
     def below(z: Array) -> Array:
-        return jnp.where(rising, h(z) < target, h(z) > target)
+        value = h(z)
+        return jnp.where(rising, value < target, value > target)
 
     def widen(_: int, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
         low, high = bracket
