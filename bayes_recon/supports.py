@@ -112,19 +112,22 @@ def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.n
     """
     n = 16
     spread = jax.random.normal(jax.random.PRNGKey(2), (n, layout.dim)) * 2.0
-    centre = layout.example(n)
     bits = jnp.broadcast_to(layout.strata[0], (n, layout.discrete_dim))
+    # The others sit at their support's centre, or at 1 in their unconstrained space: a real column the
+    # model takes the log of (log(y) observed, y undeclared) is −∞ at its centre 0, and every other
+    # column moved beside it would be blamed for it.
+    others = [layout.assemble(jnp.full((n, layout.dim), offset), bits) for offset in (0.0, 1.0)]
     loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
     for column in layout.shapes:
         if pseudo.is_discrete(layout.support(column)):
             continue
 
-        def finite_at(scale: float, column: str = column) -> bool:
+        def finite_at(scale: float, rest: dict[str, jax.Array], column: str = column) -> bool:
             wide = layout.assemble(spread * scale, bits)[column]
-            values = np.asarray(loglik(jnp.asarray(theta), {**centre, column: wide}))
+            values = np.asarray(loglik(jnp.asarray(theta), {**rest, column: wide}))
             return bool(np.isfinite(values).all())
 
-        if not any(finite_at(scale) for scale in (1.0, 1e-3, 1e-6)):
+        if not any(finite_at(scale, rest) for scale in (1.0, 1e-3, 1e-6) for rest in others):
             raise ReconError(
                 f"the model's log-likelihood is not finite for values of the free column {column!r} "
                 f"on its support ({layout.support(column)}). If the model needs {column!r} positive, "

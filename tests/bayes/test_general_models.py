@@ -173,6 +173,14 @@ def test_a_covariate_off_its_support_is_named_with_the_fix():
         prepare_release(log_covariate, draws, ["x", "y"])
     prepare_release(log_covariate, draws, ["x", "y"], support={"x": constraints.positive})
 
+    def log_response(x, y):  # y undeclared, so real; x, checked first, must not take the blame
+        b = numpyro.sample("b", dist.Normal(0, 1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("log_y", dist.Normal(b * x, 1.0), obs=jnp.log(y))
+
+    with pytest.raises(br.ReconError, match=r"free column 'y'.*support=.*positive"):
+        prepare_release(log_response, draws, ["x", "y"])
+
 
 def test_check_names_the_sums_a_canonical_link_sees_and_none_for_another_link():
     """Poisson (log link) and Bernoulli (logit) see y through Σ y and Σ y·x; a probit's slope in y
