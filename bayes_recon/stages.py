@@ -81,6 +81,7 @@ class Response(NamedTuple):
     site: str
     element: int  # within a row of the site's value, flattened
     direct: bool  # the element is the coordinate's own constrained value (kid_score), not a transform of it
+    column: str  # the free column the coordinate belongs to
 
 
 def response_coordinates(
@@ -125,7 +126,7 @@ def response_coordinates(
                 if alone and own_row and np.all(unit[:, element] != 0):
                     column, index = owner[d]
                     direct = np.allclose(at_probe[name][:, element], constrained[column][:, index])
-                    found[d] = Response(name, element, bool(direct))
+                    found[d] = Response(name, element, bool(direct), column)
     return found
 
 
@@ -148,7 +149,6 @@ def response_predictor(
     found = response_coordinates(model, fixed, layout, jax.random.PRNGKey(0))
     responses = tuple(sorted(found))
     run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
-    owner = [(name, width) for name, width in layout.widths(False).items() for _ in range(width)]
 
     def predict(z: Array, bits: Array, noise: Array) -> Array:
         def site_of(z: Array, response: Response) -> Any:
@@ -166,7 +166,7 @@ def response_predictor(
             drawn = quantile(fn, jnp.clip(level.reshape(shape), 1e-12, 1 - 1e-12))
             target = jnp.reshape(drawn, (len(z), -1))[:, response.element]
             if response.direct:
-                value = biject_to(layout.support(owner[d][0])).inv(target)
+                value = biject_to(layout.support(response.column)).inv(target)
             else:
 
                 def observed(value: Array, z: Array = z, d: int = d, response: Response = response) -> Array:
