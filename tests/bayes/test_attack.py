@@ -158,7 +158,7 @@ def test_scale_search_locates_each_coordinate_of_unknown_location_on_its_own():
 
     found = pseudo.search_scales(objective, cloud, [0, 1], located=[0, 1])
     np.testing.assert_allclose(found.log_diag[0], target + 1.0)
-    np.testing.assert_allclose(found.shift[0], centre, rtol=0.14)  # the finest refinement is e^±0.25
+    np.testing.assert_allclose(found.shift[0], centre, rtol=0.14)  # refined to a tenth of the spread: e^±0.25
 
 
 def test_the_mass_profile_keeps_to_its_range_when_the_objective_falls_without_end():
