@@ -47,8 +47,8 @@ NO_CACHE_ENV = "RECON_AUDIT_NO_CACHE"
 CONFIG_OPTIONS = {
     "restarts": "independent restarts; the one with the lowest objective is kept",
     "restarts_at_once": "restarts batched together (default: all on an accelerator, 1 on a CPU)",
-    "rounds_at_once": "rounds of restarts run side by side in threads (default: on a CPU one per core, "
-    "as memory allows; 1 on an accelerator)",
+    "rounds_at_once": "rounds of restarts run side by side in threads (default: on a CPU one fewer than "
+    "the cores, as memory allows; 1 on an accelerator; as many as the cores can hang)",
     "steps": "optimisation steps that move every point and weight",
     "estimator": "Fisher-divergence estimator (auto: exact up to 20 parameters)",
     "method": "optimiser of the final stage",

@@ -7,7 +7,7 @@ the covariates and the mass from a grid → optimise the pseudo-data in two stag
 by Newton, then every point and weight by L-BFGS; the start and the stages are
 :mod:`bayes_recon.stages`), the restarts in rounds of one compiled program each (one restart per
 round on a CPU, all batched by ``vmap`` on an accelerator; on a CPU the rounds run side by side,
-one per core as memory allows; each round can be kept in a checkpoint)
+one fewer than the cores as memory allows; each round can be kept in a checkpoint)
 → keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history,
 and with the same program run again on bootstrap resamples of the draws, which shows how tightly
 the release determines every statistic (:meth:`Reconstruction.bootstrap_spread`).
@@ -76,7 +76,8 @@ class ReconConfig:
     batching gains no arithmetic speed, makes every early-stopping loop run until the slowest
     restart stops, and takes longer to trace and compile (kidiq at M = 50: 7.6 s to run and 21.9 s
     to compile one at a time, 10.3 s and 26.7 s batched). On a CPU the rounds run side by side
-    instead, each in a thread: ``rounds_at_once`` of them, by default one per core as memory allows;
+    instead, each in a thread: ``rounds_at_once`` of them, by default one fewer than the cores as memory
+    allows (so one round at a time on two cores; more than that can hang: see ``_rounds_side_by_side``);
     the result is the same (it is left out of the checkpoint's fingerprint).
 
     ``bootstrap``: rounds run again on draws resampled with replacement (the same compiled program,
@@ -493,11 +494,17 @@ def _run_round(
 
 
 def _rounds_side_by_side(compiled: Any, pending: int, cpu: bool, asked: int | None) -> int:
-    """How many rounds run at once, each in its own thread: ``asked`` if given; else on a CPU one per
-    core this process may use (a round's program runs mostly on one core), as many as fit in half
-    the memory available now by XLA's own count of the program's working memory (one where XLA
-    gives no count); one on an accelerator. The result does not depend on it: every round is the
-    same program on its own inputs."""
+    """How many rounds run at once, each in its own thread: ``asked`` if given; else on a CPU one fewer
+    than the cores this process may use, as many as fit in half the memory available now by XLA's own
+    count of the program's working memory (one where XLA gives no count); one on an accelerator. The
+    result does not depend on it: every round is the same program on its own inputs.
+
+    One core is left free because XLA runs each round on a thread of its CPU pool (one per core), and a
+    batched factorisation in it (jaxlib's LAPACK kernels: a Cholesky of every grid candidate's cloud)
+    waits on that same pool for its parts: with every thread a waiting round, nothing runs them, and
+    diamonds-diamonds (25 covariates) hung at 0 % CPU with two rounds on two cores. One round uses more
+    than one core anyway: on two cores, one at a time took 55.2 s for mesquite-logmesquite (M = 10)
+    against 54.4 s two at a time."""
     if asked is not None:
         return min(asked, pending)
     if not cpu:
@@ -509,7 +516,7 @@ def _rounds_side_by_side(compiled: Any, pending: int, cpu: bool, asked: int | No
         return 1
     fits = _available_memory() // (2 * need) if need > 0 else pending
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return int(max(1, min(pending, cores, fits)))
+    return int(max(1, min(pending, cores - 1, fits)))
 
 
 def _available_memory() -> int:

@@ -4,6 +4,7 @@ checkpoint of another attack is refused (exit 2 from the command line) unless st
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -133,3 +134,20 @@ def test_rounds_run_side_by_side_give_the_result_of_one_round_at_a_time(tmp_path
     )
     assert same(attack(), one_at_a_time)
     assert same(attack(checkpoint=tmp_path), one_at_a_time)  # the same attack: its checkpoint is taken
+
+
+def test_rounds_side_by_side_leave_a_core_free_on_a_cpu(monkeypatch):
+    """A batched factorisation in a round waits on XLA's CPU pool (one thread per core) for its parts: with
+    a round on every thread nothing runs them (diamonds hung with two rounds on two cores)."""
+    from bayes_recon.reconstruct import _rounds_side_by_side
+
+    class Compiled:
+        def memory_analysis(self):
+            return type(
+                "Stats", (), {"temp_size_in_bytes": 1, "argument_size_in_bytes": 1, "output_size_in_bytes": 1}
+            )
+
+    for cores, side_by_side in ((4, 3), (2, 1), (1, 1)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
+        assert _rounds_side_by_side(Compiled(), pending=10, cpu=True, asked=None) == side_by_side
+    assert _rounds_side_by_side(Compiled(), pending=10, cpu=True, asked=2) == 2  # as asked
