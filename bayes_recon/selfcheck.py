@@ -204,6 +204,12 @@ def round_trip(
             f"{sampled.divergent:.0%} of NUTS transitions diverged (allowed {config.max_divergent:.0%}): "
             "the weighted posterior is too irregular for its draws to be trusted"
         )
+    dim = setup.layout.dim if setup.layout is not None else 0
+    if reasons and len(w) <= dim:  # diamonds-diamonds at M = 10: 25 coordinates, mass 63 of 5,000
+        reasons.append(
+            f"{len(w)} pseudo-points cannot spread in all {dim} continuous data coordinates (a covariance "
+            f"of rank below {dim}): try n_points (--points) of at least {dim + 1}"
+        )
     return SelfCheck(not reasons, mean_shift, sd_ratio, statistic, critical, names, tuple(reasons))
 
 

@@ -66,6 +66,17 @@ def test_a_posterior_too_wide_or_shifted_does_not_reproduce_the_release(kidiq):
     assert "does NOT reproduce the release" in summary and "beta[0]" in summary
 
 
+def test_fewer_points_than_data_coordinates_are_named_in_a_failed_check(kidiq):
+    """Two points in the plane of (mom_iq, kid_score) lie on a line: beta is unidentified along it."""
+    setup, data = kidiq
+    pair = {k: v[:2] for k, v in data.items()}
+    check = round_trip(setup, pair, np.full(2, len(data["kid_score"]) / 2))
+    assert not check.reproduces
+    assert check.reasons[-1].startswith("2 pseudo-points cannot spread in all 2 continuous data coordinates")
+    assert "at least 3" in check.reasons[-1]
+    assert not any("pseudo-points" in reason for reason in round_trip(setup, data, np.full(434, 0.3)).reasons)
+
+
 def test_an_undefined_posterior_is_a_verdict_not_an_error(kidiq):
     setup, data = kidiq
     check = round_trip(setup, data, np.full(len(data["kid_score"]), np.nan))
