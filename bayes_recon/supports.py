@@ -87,6 +87,14 @@ def column_supports(
     if unknown:
         raise ReconError(f"support= names {unknown}, which are not free columns ({sorted(shapes)})")
     supports = {}
+    for column, support in given.items():  # counts given as counts take the model's own relaxation
+        supports[column] = relaxed(support)
+        if supports[column] is None:
+            raise ReconError(
+                f"support= gives {column!r} the support {support}, which the attack cannot parametrise "
+                "(a simplex, a vector event, or per-row bounds). Give a scalar constraint (real, positive, "
+                "unit_interval, boolean, nonnegative_integer, ...) or leave it out of 'free'."
+            )
     for column, support in observed_columns(model, shapes, fixed).items():
         if column in given:
             continue
@@ -97,7 +105,7 @@ def column_supports(
                 "(a simplex, a vector event, or per-row bounds). Pass support={...} for it with a "
                 "scalar constraint, or leave it out of 'free'."
             )
-    return {k: given.get(k, supports.get(k, constraints.real)) for k in shapes}
+    return {k: supports.get(k, constraints.real) for k in shapes}
 
 
 def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> None:

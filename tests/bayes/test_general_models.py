@@ -93,6 +93,11 @@ def test_responses_take_their_support_from_the_model():
     # the user's word wins
     given = column_supports(poisson_regression, shapes, {}, {"y": constraints.unit_interval})
     assert given["y"] is constraints.unit_interval
+    # counts given as counts are relaxed as the model's own are (this was an empty NotImplementedError)
+    counted = column_supports(poisson_regression, shapes, {}, {"y": constraints.nonnegative_integer})
+    assert counted["y"] is constraints.positive
+    with pytest.raises(br.ReconError, match="'y' the support Simplex"):
+        column_supports(poisson_regression, shapes, {}, {"y": constraints.simplex})
 
 
 def test_relaxed_count_likelihood_matches_the_model_at_integers_and_moves_between_them():
@@ -230,3 +235,4 @@ def test_count_and_binary_models_are_never_called_nothing_revealed(poisson):
 
     nothing = identifiable_statistics(intercept_only, {"a": draws["a"]}, ["x", "y"])
     assert nothing.kernel_effective_rank == 0.0  # the only model that reveals nothing: no θ in the likelihood
+
