@@ -585,7 +585,21 @@ def describe_restarts(recon: Any) -> str:
 
 
 def describe_bootstrap(recon: Any) -> str:
-    """How far the attack's statistics move when it is run again on resampled draws."""
+    """How far the attack's statistics move when it is run again on resampled draws, after whether N is
+    left open by mass on pseudo-points the release barely sees (:attr:`Reconstruction.unseen_mass`)."""
+    from bayes_recon.reconstruct import UNSEEN_INFORMATION, UNSEEN_LEAVES_N_OPEN
+
+    unseen = (
+        f"N is NOT determined: {percent(recon.unseen_mass)} of the recovered mass carries under "
+        f"{percent(UNSEEN_INFORMATION)} of the information the release sees (pseudo-points where the "
+        "likelihood barely changes with the parameters), so its weight could be almost anything. "
+        if recon.unseen_mass >= UNSEEN_LEAVES_N_OPEN
+        else ""
+    )
+    return unseen + _bootstrap_words(recon)
+
+
+def _bootstrap_words(recon: Any) -> str:
     from bayes_recon.reconstruct import BOOTSTRAP_DETERMINES_BELOW
 
     spread = recon.bootstrap_spread()

@@ -101,6 +101,7 @@ class PosteriorAttack:
             "self_check": jsonable(recon.self_check.to_json()),
             "restart_spread": jsonable(recon.restart_spread()),
             "bootstrap_spread": jsonable(recon.bootstrap_spread()),
+            "unseen_mass": jsonable(recon.unseen_mass),
             "converged": recon.converged(),
             "rows": [{k: jsonable(v) for k, v in row.items()} for row in self.rows()],
         }

@@ -25,7 +25,8 @@ the draws for every M (points per stratum) and seed and reports:
   true sd) and sd (its ratio to the true sd), reported without a bar;
 * the bootstrap (``ReconConfig.bootstrap`` rounds on resampled draws): every replicate's mass and the
   spread of N and of the columns' moments (``r.bootstrap_spread()``; above 0.25 the CLI says the
-  release does not determine that statistic);
+  release does not determine that statistic), and the unseen mass (``r.unseen_mass``: the share of
+  the mass on pseudo-points the release barely sees; from 0.05 the CLI says N is not determined);
 * the self-check's verdict (``r.self_check``: NUTS on the recovered pseudo-data against the draws), and
   whether the last stage converged before its step cap (``r.converged()``; ``--steps`` raises the cap).
 
@@ -390,6 +391,7 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
         "converged": result.converged(),
         "bootstrap_mass": result.bootstrap["weights"].sum(axis=1),
         "bootstrap_spread": result.bootstrap_spread(),
+        "unseen_mass": result.unseen_mass,
         "self_check": check.to_json(),
         "self_check_summary": check.summary(),
         "self_check_seconds": time.perf_counter() - started,
@@ -438,7 +440,8 @@ def bootstrap_words(run: dict) -> str:
     if not run.get("bootstrap_spread"):
         return ""
     masses = ", ".join(f"{m:.1f}" for m in run["bootstrap_mass"])
-    return f"bootstrap mass {masses}, largest spread {max(run['bootstrap_spread'].values()):.2f}  "
+    largest = max(run["bootstrap_spread"].values())
+    return f"bootstrap mass {masses}, largest spread {largest:.2f}, unseen mass {run['unseen_mass']:.2f}  "
 
 
 def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
@@ -545,9 +548,11 @@ def registry(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
         data = entry.model_data(load_posterior(row["posterior"], args.posteriordb).data)
         row |= truth_bar(result, {k: data[k] for k in entry.free})
         row["self_check"] = result.self_check.to_json()
+        row["unseen_mass"] = result.unseen_mass
         print(
             f"{'':<32}truth bar {'met' if row['truth_bar'] else 'NOT met'}: J_attack − J_truth = "
-            f"{row['objective'] - row['objective_truth']:+.3e} (tol {row['tolerance']:.3e}); self-check: "
+            f"{row['objective'] - row['objective_truth']:+.3e} (tol {row['tolerance']:.3e}); unseen mass "
+            f"{row['unseen_mass']:.2f}; self-check: "
             f"{result.self_check.summary()}",
             flush=True,
         )

@@ -92,7 +92,7 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
     recon = SimpleNamespace(
         measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
         config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
-        bootstrap_spread=lambda: None, converged=lambda: True,
+        bootstrap_spread=lambda: None, unseen_mass=0.0, converged=lambda: True,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
     rows = attack.rows()
@@ -183,8 +183,9 @@ def test_bootstrap_replicates_that_move_a_statistic_say_the_release_does_not_det
     class Resampled:  # what describe_bootstrap reads from a Reconstruction
         measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
 
-        def __init__(self, spread: dict[str, float] | None) -> None:
+        def __init__(self, spread: dict[str, float] | None, unseen_mass: float = 0.0) -> None:
             self.spread, self.bootstrap = spread, {"objective": np.array([-2.0, -2.1])}
+            self.unseen_mass = unseen_mass
 
         def bootstrap_spread(self) -> dict[str, float] | None:
             return self.spread
@@ -201,3 +202,6 @@ def test_bootstrap_replicates_that_move_a_statistic_say_the_release_does_not_det
     assert "correlation): the release does NOT determine these" in loose
     assert "did not finish" in cli.describe_bootstrap(Resampled({"total_mass": float("inf")}))
     assert "not run" in cli.describe_bootstrap(Resampled(None))
+    assert "N is NOT" not in said
+    unseen = cli.describe_bootstrap(Resampled(tight, unseen_mass=0.8))  # mass the release cannot see
+    assert unseen.startswith("N is NOT determined: 80 % of the recovered mass carries under 1 %")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +20,7 @@ from bayes_recon.identifiability import identifiable_statistics
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.supports import column_supports
 from bayes_recon.weighting import WeightedModel
+from recon_core.measure import WeightedMeasure
 
 
 def poisson_regression(x, y=None):
@@ -236,3 +239,22 @@ def test_count_and_binary_models_are_never_called_nothing_revealed(poisson):
     nothing = identifiable_statistics(intercept_only, {"a": draws["a"]}, ["x", "y"])
     assert nothing.kernel_effective_rank == 0.0  # the only model that reveals nothing: no θ in the likelihood
 
+
+def test_mass_on_points_the_release_cannot_see_is_measured():
+    """Pseudo-points deep in a logistic regression's saturated tail (y = 0 where P(y = 1) ≈ e⁻²⁵) carry no
+    information: any weight on them leaves the posterior as it is, so their share of the mass is N's
+    openness. 100 such points added to 200 true ones are a third of the mass; the true data alone leave
+    far less than UNSEEN_LEAVES_N_OPEN with under 1 % of the information."""
+    from bayes_recon.reconstruct import UNSEEN_LEAVES_N_OPEN
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=200)
+    y = (rng.uniform(size=200) < 1 / (1 + np.exp(-(0.3 + x)))).astype(float)
+    draws = nuts(logistic_regression, x=x, y=y)
+    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, bootstrap=0)
+    result = br.reconstruct(logistic_regression, draws, ["x", "y"], n_points=5, config=config)
+    truth = dataclasses.replace(result, measure=WeightedMeasure({"x": x, "y": y}, np.ones(200)))
+    assert truth.unseen_mass < UNSEEN_LEAVES_N_OPEN / 4
+    tail = {"x": np.concatenate([x, np.full(100, -25.0)]), "y": np.concatenate([y, np.zeros(100)])}
+    padded = dataclasses.replace(result, measure=WeightedMeasure(tail, np.ones(300)))
+    assert padded.unseen_mass == pytest.approx(1 / 3 + 2 / 3 * truth.unseen_mass)
