@@ -86,25 +86,22 @@ def column_supports(
     unknown = sorted(set(given) - set(shapes))
     if unknown:
         raise ReconError(f"support= names {unknown}, which are not free columns ({sorted(shapes)})")
-    supports = {}
-    for column, support in given.items():  # counts given as counts take the model's own relaxation
-        supports[column] = relaxed(support)
-        if supports[column] is None:
+
+    def parametrised(column: str, support: Constraint, whose: str) -> Constraint:
+        found = relaxed(support)
+        if found is None:
             raise ReconError(
-                f"support= gives {column!r} the support {support}, which the attack cannot parametrise "
-                "(a simplex, a vector event, or per-row bounds). Give a scalar constraint (real, positive, "
-                "unit_interval, boolean, nonnegative_integer, ...) or leave it out of 'free'."
+                f"{whose} {column!r} has support {support}, which the attack cannot parametrise (a simplex, "
+                "a vector event, or per-row bounds). Give it a scalar constraint with support={...} (real, "
+                "positive, unit_interval, boolean, nonnegative_integer, ...) or leave it out of 'free'."
             )
+        return found
+
+    # counts given as counts take the model's own relaxation
+    supports = {column: parametrised(column, support, "support= says") for column, support in given.items()}
     for column, support in observed_columns(model, shapes, fixed).items():
-        if column in given:
-            continue
-        supports[column] = relaxed(support)
-        if supports[column] is None:
-            raise ReconError(
-                f"the response {column!r} has support {support}, which the attack cannot parametrise "
-                "(a simplex, a vector event, or per-row bounds). Pass support={...} for it with a "
-                "scalar constraint, or leave it out of 'free'."
-            )
+        if column not in given:
+            supports[column] = parametrised(column, support, "the response")
     return {k: supports.get(k, constraints.real) for k in shapes}
 
 

@@ -99,7 +99,7 @@ def test_responses_take_their_support_from_the_model():
     # counts given as counts are relaxed as the model's own are (this was an empty NotImplementedError)
     counted = column_supports(poisson_regression, shapes, {}, {"y": constraints.nonnegative_integer})
     assert counted["y"] is constraints.positive
-    with pytest.raises(br.ReconError, match="'y' the support Simplex"):
+    with pytest.raises(br.ReconError, match="support= says 'y' has support Simplex"):
         column_supports(poisson_regression, shapes, {}, {"y": constraints.simplex})
 
 
