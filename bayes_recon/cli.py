@@ -587,12 +587,12 @@ def describe_restarts(recon: Any) -> str:
 def describe_bootstrap(recon: Any) -> str:
     """How far the attack's statistics move when it is run again on resampled draws, after whether N is
     left open by mass on pseudo-points the release barely sees (:attr:`Reconstruction.unseen_mass`)."""
-    from bayes_recon.reconstruct import UNSEEN_INFORMATION, UNSEEN_LEAVES_N_OPEN
+    from bayes_recon.reconstruct import UNSEEN_LEAVES_N_OPEN, UNSEEN_TILT
 
     unseen = (
-        f"N is NOT determined: {percent(recon.unseen_mass)} of the recovered mass carries under "
-        f"{percent(UNSEEN_INFORMATION)} of the information the release sees (pseudo-points where the "
-        "likelihood barely changes with the parameters), so its weight could be almost anything. "
+        f"N is NOT determined: {percent(recon.unseen_mass)} of the recovered mass sits where the likelihood "
+        f"barely changes with the parameters (its log-likelihood varies over the draws by under "
+        f"{percent(UNSEEN_TILT)} of the whole's), so its weight could be almost anything. "
         if recon.unseen_mass >= UNSEEN_LEAVES_N_OPEN
         else ""
     )
