@@ -272,7 +272,7 @@ class _OracleCurve:
 
     def statistics_of(self, n: int) -> dict[str, np.ndarray]:
         coordinates = self.setup.coordinates
-        theta = coordinates.shift + self.setup.draws[:n] @ coordinates.scale.T
+        theta = coordinates.to_model(self.setup.draws[:n])
         own = Coordinates.standardised(theta)  # as the attack on n draws would standardise them
         probe = self.setup.layout.probe(jax.random.PRNGKey(0), PROBE_POINTS)
         oracle = linear_gaussian_oracle(

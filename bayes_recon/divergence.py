@@ -129,6 +129,10 @@ class Coordinates(NamedTuple):
         """Model coordinates (rows of θ) to attack coordinates z."""
         return jax.scipy.linalg.solve_triangular(self.scale, (theta - self.shift).T, lower=True).T
 
+    def to_model(self, z: Array) -> Array:
+        """Attack coordinates (rows of z) to model coordinates θ: the inverse of :meth:`to_attack`."""
+        return self.shift + z @ self.scale.T
+
     def pull_back(self, log_q: Callable[[Array], Array]) -> Callable[[Array], Array]:
         """The log density in attack coordinates (the constant log-Jacobian is dropped)."""
         return lambda z: log_q(self.shift + self.scale @ z)

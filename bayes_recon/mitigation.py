@@ -139,7 +139,7 @@ def remaining_leakage(
         setup.weighted_model, spec, coordinates.to_attack(jnp.asarray(theta)), coordinates, probe
     )
     true_stats = truth.linear_model_statistics(*spec.design(truth.points))
-    released = setup.coordinates.shift + setup.draws @ setup.coordinates.scale.T
+    released = setup.coordinates.to_model(setup.draws)
     # what the noise costs the posterior's user: how far each parameter's mean moved, in posterior sds
     shift = np.abs(theta.mean(axis=0) - np.mean(released, axis=0)) / np.std(released, axis=0)
     return {

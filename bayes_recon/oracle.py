@@ -151,7 +151,7 @@ def oracle_for(
     setup = reconstruction.setup
     draws = setup.draws
     if coordinates is not None:
-        theta = setup.coordinates.shift + draws @ setup.coordinates.scale.T
+        theta = setup.coordinates.to_model(draws)
         draws = coordinates.to_attack(theta)
     probe = setup.layout.probe(jax.random.PRNGKey(seed), PROBE_POINTS)
     return linear_gaussian_oracle(

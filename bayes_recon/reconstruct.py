@@ -239,7 +239,7 @@ class Reconstruction:
         with the truth bar met and a bootstrap that moved N by 13 % only."""
         setup = self.setup
         draws = setup.draws[:: max(1, len(setup.draws) // UNSEEN_DRAWS)]
-        theta = setup.coordinates.shift + draws @ setup.coordinates.scale.T
+        theta = setup.coordinates.to_model(draws)
         data = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
         loglik = np.asarray(
             jax.jit(jax.vmap(lambda th: setup.weighted_model.loglik_per_point(th, data)))(theta)

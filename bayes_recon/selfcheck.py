@@ -158,7 +158,7 @@ def round_trip(
     """
     config = config or SelfCheckConfig()
     coordinates = setup.coordinates
-    theta_p = np.asarray(coordinates.shift + setup.draws @ coordinates.scale.T)
+    theta_p = np.asarray(coordinates.to_model(setup.draws))
     if len(theta_p) < 4:
         raise ReconError(f"the self-check needs at least 4 released draws, got {len(theta_p)}")
     names = coordinate_names(setup.weighted_model)
@@ -173,7 +173,7 @@ def round_trip(
     sampled = _nuts(log_q, (data, w), theta_p.shape[1], config)
     if sampled.failure:
         return SelfCheck(False, nan, nan, float("nan"), float("nan"), names, (sampled.failure,))
-    theta_q = np.asarray(release.shift + sampled.z @ release.scale.T)
+    theta_q = np.asarray(release.to_model(sampled.z))
     sd_p = theta_p.std(axis=0, ddof=1)
     mean_shift = (theta_q.mean(axis=0) - theta_p.mean(axis=0)) / sd_p
     sd_ratio = theta_q.std(axis=0, ddof=1) / sd_p

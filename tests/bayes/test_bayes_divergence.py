@@ -159,6 +159,7 @@ def test_standardised_coordinates_whiten_the_draws(gaussians):
     draws = gaussians["draws"]
     coords = Coordinates.standardised(draws)
     z = np.asarray(coords.to_attack(draws))
+    np.testing.assert_allclose(np.asarray(coords.to_model(z)), np.asarray(draws), atol=1e-10)  # its inverse
     np.testing.assert_allclose(z.mean(axis=0), 0.0, atol=1e-10)
     np.testing.assert_allclose(np.cov(z, rowvar=False), np.eye(DIM), atol=1e-10)
     # lower-triangular scale with scale @ scaleᵀ the draws' covariance
