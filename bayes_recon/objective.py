@@ -11,10 +11,11 @@ through at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import (
@@ -29,14 +30,23 @@ from bayes_recon.weighting import WeightedModel
 Array = jax.Array
 
 PseudoObjective = Callable[[pseudo.Pseudo, Array, Array], Array]
+# (pseudo_of, params, base points) → the objective's Hessian in params (flattened by ravel_pytree), where
+# pseudo_of(params) is the pseudo-data they stand for
+PseudoHessian = Callable[[Callable[[Any], pseudo.Pseudo], Any, Array], Array]
+# (params, base points) → (a, b, c): the objective at t times the weights is a t² + b t + c + a constant
+MassQuadratic = Callable[[pseudo.Pseudo, Array], tuple[Array, Array, Array]]
 
 
 class Objectives(NamedTuple):
-    """The score-matching objective on a subset of draws (coarse stage), on all draws, and minibatched."""
+    """The score-matching objective on a subset of draws (coarse stage), on all draws, and minibatched;
+    of the first, its quadratic in the mass (the grid's) and its Hessian in any parameters of the
+    pseudo-data (Newton's, on the cloud)."""
 
     coarse: PseudoObjective
     full: PseudoObjective
     minibatch: PseudoObjective | None
+    coarse_in_mass: MassQuadratic
+    coarse_hessian: PseudoHessian
 
 
 # Memory bounds, in draws × pseudo-points × d·t, where d is the number of parameters and t the
@@ -54,6 +64,13 @@ def value_size(estimator: Estimator, dim: int, n_slices: int) -> int:
     return dim * (dim if estimator == "exact" else n_slices)
 
 
+def draw_slices(estimator: Estimator, n_draws: int, n_slices: int, dim: int, seed: int) -> Array | None:
+    """The slices of every draw, fixed by ``seed`` (None for the exact estimator)."""
+    if estimator == "exact":
+        return None
+    return rademacher_slices(jax.random.PRNGKey(seed), n_draws, n_slices, dim)
+
+
 def build_objective(
     weighted: WeightedModel,
     layout: pseudo.Layout,
@@ -63,22 +80,20 @@ def build_objective(
     n_slices: int,
     seed: int,
     batch_size: int | None = None,
-    side_by_side: int = 1,
 ) -> PseudoObjective:
     """J(params; base points, key): the score-matching objective of the weighted posterior.
 
     With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key;
     otherwise all draws with slices fixed once (from ``seed``), so the objective is deterministic.
-    ``side_by_side``: how many of its gradients run at once (Newton's Hessian columns), for memory.
     """
     n_draws, dim = draws.shape
     sliced = estimator != "exact"
-    fixed_slices = rademacher_slices(jax.random.PRNGKey(seed), n_draws, n_slices, dim) if sliced else None
+    fixed_slices = draw_slices(estimator, n_draws, n_slices, dim, seed)
 
     def objective(params: pseudo.Pseudo, base: Array, batch_key: Array) -> Array:
         points, w = pseudo.measure(layout, params, base)
         log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
-        per_draw = side_by_side * w.shape[0] * dim * value_size(estimator, dim, n_slices)
+        per_draw = w.shape[0] * dim * value_size(estimator, dim, n_slices)
         at_once = max(1, GRADIENT_BUDGET // per_draw)
         penalty = information_penalty(weighted, coordinates, draws, points)
         if batch_size is None:
@@ -89,6 +104,167 @@ def build_objective(
         return score_matching_objective(log_q, draws[rows], slices, estimator, at_once) + penalty
 
     return jax.jit(objective)  # traced once, reused by every stage and derivative
+
+
+def point_terms(
+    weighted: WeightedModel, coordinates: Coordinates, data: Mapping[str, Array], draw: Array, v: Array | None
+) -> tuple[Array, Array]:
+    """Every point's score g_j = ∇ log p(x_j | θ) (n, d) and curvature term t_j (n,) at one draw (attack
+    coordinates): the trace of ∇² log p(x_j | θ), or with slices ``v`` (K, d) the mean of vᵀ∇² log p v.
+
+    The weighted log-likelihood is Σ_j w_j log p(x_j | θ), so at a draw the objective is
+    Σ_j w_j t_j + ½ |√M G|² plus terms free of the pseudo-data, with G = ∇ log q = prior score + Σ_j w_j g_j
+    and M the identity (or, for the plain sliced estimator, the slices' mean vvᵀ: :func:`metric_root`).
+    """
+
+    def loglik(x: Array) -> Array:
+        return weighted.loglik_per_point(coordinates.to_model(x), data)
+
+    def along(u: Array) -> tuple[Array, Array]:  # each point's first and second derivative along u
+        return jax.jvp(lambda x: jax.jvp(loglik, (x,), (u,))[1], (draw,), (u,))
+
+    scores, second = jax.vmap(along)(jnp.eye(draw.shape[0]))
+    curvature = second.sum(axis=0) if v is None else jax.vmap(along)(v)[1].mean(axis=0)
+    return scores.T, curvature
+
+
+def metric_root(estimator: Estimator) -> Callable[[Array, Array | None], Array]:
+    """√M applied to the leading axis of an array (given the draw's slices), so that GᵀMG = |√M G|²."""
+    if estimator == "sliced":
+        return lambda vector, v: jnp.tensordot(v, vector, axes=1) / jnp.sqrt(v.shape[0])
+    return lambda vector, v: vector
+
+
+def build_mass_quadratic(
+    weighted: WeightedModel,
+    layout: pseudo.Layout,
+    coordinates: Coordinates,
+    draws: Array,
+    estimator: Estimator,
+    n_slices: int,
+    seed: int,
+) -> MassQuadratic:
+    """(a, b, c) with :func:`build_objective`'s objective (all draws, slices from ``seed``) at t times the
+    pseudo-data's weights equal to a t² + b t + c + K, from one pass over the points' own terms
+    (:func:`point_terms`); K = mean over draws of the prior's curvature term, the same for every
+    pseudo-data. Three evaluations of the objective at three masses took three times as long."""
+    n_draws, dim = draws.shape
+    slices = draw_slices(estimator, n_draws, n_slices, dim, seed)
+    root = metric_root(estimator)
+
+    def quadratic(params: pseudo.Pseudo, base: Array) -> tuple[Array, Array, Array]:
+        points, w = pseudo.measure(layout, params, base)
+        log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
+        at_once = max(1, GRADIENT_BUDGET // (w.shape[0] * dim * value_size(estimator, dim, n_slices)))
+
+        def at_draw(pair: tuple) -> tuple[Array, ...]:
+            draw, v = pair
+            scores, curvature = point_terms(weighted, coordinates, points, draw, v)
+            data_score = root(w @ scores, v)
+            prior_score = root(jax.grad(log_q)(draw), v) - data_score
+            return (
+                0.5 * data_score @ data_score,
+                w @ curvature + prior_score @ data_score,
+                0.5 * prior_score @ prior_score,
+                jnp.sum(scores**2, axis=1),
+            )
+
+        a, b, c, information = map_in_chunks(at_draw, (draws, slices), at_once)
+        return jnp.mean(a), jnp.mean(b), jnp.mean(c) + penalty_of(jnp.mean(information, axis=0), dim)
+
+    return jax.jit(quadratic)
+
+
+def build_hessian(
+    weighted: WeightedModel,
+    layout: pseudo.Layout,
+    coordinates: Coordinates,
+    draws: Array,
+    estimator: Estimator,
+    n_slices: int,
+    seed: int,
+) -> PseudoHessian:
+    """The Hessian of :func:`build_objective`'s objective (all draws, slices from ``seed``) in any
+    parameters p of the pseudo-data, from derivatives in each point's own D coordinates.
+
+    Differentiating the objective along each of P parameters (Newton on nes2000's clouds: 112) costs P
+    passes through every point and draw. But at a draw the objective is Σ_j w_j t_j + ½ |√M G|² plus
+    terms free of the pseudo-data (:func:`point_terms`), and the information penalty is a sum over points
+    of each one's own information. With u = (z_j, w_j) the points' coordinates and weights,
+    H = mean_s Bᵀ M B (B = ∂G/∂p, from each point's ∂g_j/∂z_j) + Jᵀ ∇²_u F J + the curvature of u(p)
+    weighted by ∇_u F, where F, the objective with every G held fixed, is a sum of terms of one point
+    each: its Hessian in u has a D × D block per point, and cross terms with the point's own weight.
+    D + 1 passes through the points instead of P (nes2000 at M = 50: a round took 130 s, now 49 s);
+    the same matrix up to rounding.
+    """
+    n_draws, dim = draws.shape
+    slices = draw_slices(estimator, n_draws, n_slices, dim, seed)
+    root = metric_root(estimator)
+
+    def hessian(pseudo_of: Callable[[Any], pseudo.Pseudo], params: Any, base: Array) -> Array:
+        flat, unravel = ravel_pytree(params)
+
+        def coordinates_of(x: Array) -> tuple[Array, Array]:
+            z, _, w = pseudo.coordinates(layout, pseudo_of(unravel(x)), base)
+            return z, w
+
+        z, bits, w = pseudo.coordinates(layout, pseudo_of(params), base)
+        n, d_points = z.shape
+        at_once = max(1, GRADIENT_BUDGET // (n * dim * value_size(estimator, dim, n_slices) * (d_points + 1)))
+
+        def terms(z: Array, draw: Array, v: Array | None) -> tuple[Array, Array]:
+            return point_terms(weighted, coordinates, layout.assemble(z, bits), draw, v)
+
+        points = layout.assemble(z, bits)
+        log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
+        score = map_in_chunks(jax.grad(log_q), draws, at_once)  # G at every draw (S, d)
+
+        def held(z: Array, w: Array) -> Array:
+            """The objective with every draw's G held at its value: a sum of terms of one point each."""
+
+            def at_draw(pair: tuple) -> tuple[Array, Array]:
+                draw, v, g_held = pair
+                scores, curvature = terms(z, draw, v)
+                return curvature + root(scores.T, v).T @ root(g_held, v), jnp.sum(scores**2, axis=1)
+
+            linear, information = map_in_chunks(at_draw, (draws, slices, score), at_once)
+            return w @ jnp.mean(linear, axis=0) + penalty_of(jnp.mean(information, axis=0), dim)
+
+        def directions(tz: Array, tw: Array) -> tuple:
+            return jax.jvp(jax.grad(held, argnums=(0, 1)), (z, w), (tz, tw))
+
+        # one direction per point coordinate (every point at once: no point's terms involve another's),
+        # one along every weight
+        tz = jnp.zeros((d_points + 1, n, d_points)).at[jnp.arange(d_points), :, jnp.arange(d_points)].set(1.0)
+        tw = jnp.zeros((d_points + 1, n)).at[d_points].set(1.0)
+        (grad_z, grad_w), (curve_z, _) = jax.vmap(directions)(tz, tw)
+        grad_z, grad_w = grad_z[0], grad_w[0]  # ∇_z F (n, D) and ∂F/∂w_j (n,)
+        jz, jw = jax.jacfwd(coordinates_of)(flat)  # (n, D, P), (n, P)
+
+        def gauss_newton(pair: tuple) -> Array:  # √M B at one draw (d or K, P)
+            draw, v = pair
+            b = terms(z, draw, v)[0].T @ jw
+            if d_points:
+                moved = jax.vmap(lambda u: jax.jvp(lambda y: terms(y, draw, v)[0], (z,), (u,))[1])(tz[:-1])
+                b = b + jnp.einsum("n,and,nap->dp", w, moved, jz)  # moved: (D, n, d)
+            return root(b, v)
+
+        b = map_in_chunks(gauss_newton, (draws, slices), at_once)
+        cross = jnp.einsum("np,na,naq->pq", jw, curve_z[-1], jz)  # ∂²F/∂w_j∂z_j = ∇ψ_j
+
+        def along_u(x: Array) -> Array:  # ∇_u F · u(p), its gradient held: u's own curvature
+            zx, wx = coordinates_of(x)
+            return jnp.sum(grad_z * zx) + grad_w @ wx
+
+        return (
+            jnp.einsum("skp,skq->pq", b, b) / n_draws
+            + jnp.einsum("nap,anb,nbq->pq", jz, curve_z[:-1], jz)
+            + cross
+            + cross.T
+            + jax.hessian(along_u)(flat)
+        )
+
+    return hessian
 
 
 # One data point tells less about θ than the whole data set: in the attack's (whitened)
@@ -127,7 +303,10 @@ def information_penalty(
     weighted: WeightedModel, coordinates: Coordinates, draws: Array, points: Mapping[str, Array]
 ) -> Array:
     """d × the mean over points of (information / bound − 1)² where it exceeds INFORMATION_BOUND × d."""
-    dim = draws.shape[1]
-    info = point_information(weighted, coordinates, draws, points)
-    excess = jnp.maximum(jnp.where(jnp.isfinite(info), info, 1e30) / (INFORMATION_BOUND * dim) - 1.0, 0.0)
-    return dim * jnp.mean(excess**2)
+    return penalty_of(point_information(weighted, coordinates, draws, points), draws.shape[1])
+
+
+def penalty_of(information: Array, dim: int) -> Array:
+    """The information penalty of points with this information (:func:`point_information`) each."""
+    bounded = jnp.where(jnp.isfinite(information), information, 1e30) / (INFORMATION_BOUND * dim)
+    return dim * jnp.mean(jnp.maximum(bounded - 1.0, 0.0) ** 2)

@@ -99,7 +99,7 @@ STEP_SIZES = tuple(2.0**-k for k in range(9))  # 1, ½, … 1/256: backtracking'
 HESSIAN_BATCH = 8  # Hessian columns formed at once: bounds memory when the objective is large
 
 
-def newton_optimiser(objective: Objective, hessian_objective: Objective | None = None) -> Optimiser:
+def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> Optimiser:
     """Saddle-free Newton on a small pytree, with a backtracking step length from ``STEP_SIZES``.
 
     The direction −|H|⁻¹g (eigenvalues in absolute value, floored far below the largest) is
@@ -108,11 +108,12 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
     are tried in order, the first that lowers the objective is taken (near the optimum the full
     step, so one evaluation); when none does, the step is refused and the next one tries them all
     2⁻⁹ times smaller (back to full size after a success).
-    ``hessian_objective``: a cheaper objective with about the same Hessian (the same average over
-    a subset of the draws) to take H from — subsampled Newton: the gradient and the step test use
+    ``hessian(params, key)``: the matrix H to use, flattened as ``ravel_pytree`` flattens the
+    parameters (default: the objective's own, column by column). It may be a cheaper objective's (the
+    same average over a subset of the draws) — subsampled Newton: the gradient and the step test use
     ``objective``, so it still converges to ``objective``'s minimum, in a few more steps.
     """
-    hessian_objective = hessian_objective or objective
+    hessian = hessian or columns_hessian(objective)
     shrink = STEP_SIZES[1]
 
     # Each derivative of the objective is written once (one compiled instance): the state keeps no
@@ -126,16 +127,9 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
         def flat_objective(x: Array) -> Array:
             return objective(unravel(x), state.key)
 
-        # Exact columns (jvp of the gradient). Central differences of the gradient compile faster,
-        # but their rounding error swamps the smallest curvatures, which are 1e-10 of the largest:
-        # sblrc-blr's full-draw stage then needed over 40 steps instead of 30.
-        def hessian_column(direction: Array) -> Array:
-            gradient = jax.grad(lambda x: hessian_objective(unravel(x), state.key))
-            return jax.jvp(gradient, (flat,), (direction,))[1]
-
         grad = jax.grad(flat_objective)(flat)
-        hessian = jax.lax.map(hessian_column, jnp.eye(flat.size), batch_size=HESSIAN_BATCH)
-        eigenvalues, vectors = jnp.linalg.eigh((hessian + hessian.T) / 2)
+        matrix = hessian(state.params, state.key)
+        eigenvalues, vectors = jnp.linalg.eigh((matrix + matrix.T) / 2)
         curvature = jnp.maximum(
             jnp.abs(eigenvalues), 1e-13 * jnp.max(jnp.abs(eigenvalues)) + 1e-30
         )  # ~ AD noise
@@ -162,11 +156,27 @@ def newton_optimiser(objective: Objective, hessian_objective: Objective | None =
     return Optimiser(init, step)
 
 
-def build(
-    objective: Objective, config: OptimiserConfig, steps: int, hessian_objective: Objective | None
-) -> Optimiser:
+def columns_hessian(objective: Objective) -> Objective:
+    """The Hessian of ``objective`` in its flattened parameters, by exact columns (jvp of the gradient,
+    ``HESSIAN_BATCH`` at a time). Central differences of the gradient compile faster, but their rounding
+    error swamps the smallest curvatures, which are 1e-10 of the largest: sblrc-blr's full-draw stage
+    then needed over 40 steps instead of 30."""
+
+    def hessian(params: Any, key: Array) -> Array:
+        flat, unravel = ravel_pytree(params)
+        gradient = jax.grad(lambda x: objective(unravel(x), key))
+
+        def column(direction: Array) -> Array:
+            return jax.jvp(gradient, (flat,), (direction,))[1]
+
+        return jax.lax.map(column, jnp.eye(flat.size), batch_size=HESSIAN_BATCH)
+
+    return hessian
+
+
+def build(objective: Objective, config: OptimiserConfig, steps: int, hessian: Objective | None) -> Optimiser:
     if config.method == "newton":
-        return newton_optimiser(objective, hessian_objective)
+        return newton_optimiser(objective, hessian)
     if config.method in ("lbfgs", "adam"):
         return optax_optimiser(objective, config, steps)
     raise ValueError(f"unknown optimiser {config.method!r}; choose 'lbfgs', 'adam' or 'newton'")
@@ -181,7 +191,7 @@ def minimise(
     record: Callable[[Any], Any] = lambda params: (),
     tol: float = 1e-12,
     patience: int | None = None,
-    hessian_objective: Objective | None = None,
+    hessian: Objective | None = None,
     limit: Array | None = None,
 ) -> tuple[RunState, Array, Any, Array]:
     """Up to ``steps`` updates: the best state (the last for Adam), objective and ``record(params)``
@@ -193,12 +203,12 @@ def minimise(
     Under ``vmap`` (restarts) it runs until every restart has stopped. Pure and traceable: no host
     callback, so the compiled program can go to JAX's persistent cache. ``limit``: a traced cap
     below ``steps`` (one compiled loop serving several stages).
-    ``hessian_objective``: Newton's Hessian from this objective instead (see :func:`newton_optimiser`).
+    ``hessian``: Newton's Hessian, when not the objective's own by columns (see :func:`newton_optimiser`).
     """
     if steps == 0:
         empty = jax.tree_util.tree_map(lambda leaf: jnp.zeros((0, *jnp.shape(leaf))), record(params))
         return RunState(params, None, jnp.asarray(jnp.nan), None, key), jnp.zeros((0,)), empty, jnp.asarray(0)
-    optimiser = build(objective, config, steps, hessian_objective)
+    optimiser = build(objective, config, steps, hessian)
     patience = patience or 3
     state = optimiser.init(params, key)
     first = record(state.params)

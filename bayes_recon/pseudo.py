@@ -272,26 +272,21 @@ SHIFT_PRECISION = 0.1
 LOG_MASS_RANGE = (-3.0, 8.0)  # total mass e^-3 … e^8 times M
 
 
-def at_masses(objective: Callable[[Cloud], Array], cloud: Cloud, multiples: Sequence[float]) -> Array:
-    """The objective at the cloud scaled to each multiple of its mass (one vectorised evaluation)."""
-    offsets = jnp.log(jnp.asarray(multiples))
-    return jax.vmap(lambda m: objective(cloud._replace(log_mass=cloud.log_mass + m)))(offsets)
+# (a, b, c) of a cloud: the objective at t times its mass is a t² + b t + c (up to a constant)
+InMass = Callable[[Cloud], tuple[Array, Array, Array]]
 
 
-def at_best_mass(objective: Callable[[Cloud], Array], cloud: Cloud) -> tuple[Array, Cloud]:
+def at_best_mass(in_mass: InMass, cloud: Cloud) -> tuple[Array, Cloud]:
     """The objective at the cloud's best total mass (within ``LOG_MASS_RANGE`` of M), and the cloud with it.
 
     The weighted log-likelihood is linear in the mass, so the score-matching objective is exactly a
-    quadratic in it: J(t) = a t² + b t + c, t the mass relative to the cloud's, and J(1), J(2), J(3)
-    give a, b and c (J(0) itself cannot be evaluated: the responses are refitted to the cloud's
-    weights). Profiling the mass out this way lets a search over the cloud's shape compare shapes
-    each at its own mass; at a fixed mass far from the data's (M points against hundreds), the
-    shape that scores best can be a degenerate one that Newton cannot leave.
+    quadratic in it: J(t) = a t² + b t + c, t the mass relative to the cloud's (``in_mass``: see
+    :func:`bayes_recon.objective.build_mass_quadratic`). Profiling the mass out this way lets a search
+    over the cloud's shape compare shapes each at its own mass; at a fixed mass far from the data's
+    (M points against hundreds), the shape that scores best can be a degenerate one that Newton cannot
+    leave.
     """
-    one, two, three = at_masses(objective, cloud, (1.0, 2.0, 3.0))
-    a = (three - 2.0 * two + one) / 2.0
-    b = two - one - 3.0 * a
-    c = one - a - b
+    a, b, c = in_mass(cloud)
     lowest, highest = (jnp.exp(v) for v in LOG_MASS_RANGE)
     vertex = jnp.clip(-b / jnp.where(a > 0, 2.0 * a, 1.0), lowest, highest)
     t = jnp.stack([jnp.asarray(lowest), jnp.asarray(highest), jnp.where(a > 0, vertex, lowest)])
@@ -302,7 +297,7 @@ def at_best_mass(objective: Callable[[Cloud], Array], cloud: Cloud) -> tuple[Arr
 
 
 def search_scales(
-    objective: Callable[[Cloud], Array],
+    in_mass: InMass,
     cloud: Cloud,
     coordinates: Sequence[int],
     located: Sequence[int] = (),
@@ -326,7 +321,7 @@ def search_scales(
         cannot reshape (a division by zero in JAX 0.10)."""
 
         def score(value: Array) -> tuple[Array, Array]:
-            value_at_best, scaled = at_best_mass(objective, candidate(cloud, value))
+            value_at_best, scaled = at_best_mass(in_mass, candidate(cloud, value))
             return value_at_best, scaled.log_mass
 
         values, log_masses = map_in_chunks(score, grid, at_once)
@@ -404,7 +399,7 @@ def search_scales(
             return jax.lax.cond(kind == shifting, shift, scale, cloud, index), None
 
         cloud = jax.lax.scan(operate, cloud, (kinds, indices))[0]
-    return cloud if coordinates else at_best_mass(objective, cloud)[1]  # a grid's best has its best mass
+    return cloud if coordinates else at_best_mass(in_mass, cloud)[1]  # a grid's best has its best mass
 
 
 def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:

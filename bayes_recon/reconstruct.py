@@ -38,11 +38,12 @@ from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.objective import (
     GRADIENT_BUDGET,
     Objectives,
+    build_hessian,
+    build_mass_quadratic,
     build_objective,
     information_penalty,
     value_size,
 )
-from bayes_recon.optimise import HESSIAN_BATCH
 from bayes_recon.precision import float64
 from bayes_recon.selfcheck import SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
@@ -336,14 +337,20 @@ def reconstruct(
     )
 
     def objectives(draws: Array, coarse_draws: Array) -> Objectives:
-        """Built inside the compiled function, so that the draws are arguments, not embedded constants."""
-        build = partial(
-            build_objective, weighted, layout, coordinates, estimator=estimator, n_slices=config.n_slices
-        )
+        """Built inside the compiled function, so that the draws are arguments, not embedded constants.
+        Those on the subset of draws share its slices (from seed + 3), those on all draws theirs."""
+
+        def build(builder: Callable, draws: Array, slices_seed: int, **options: Any) -> Any:
+            on = {"estimator": estimator, "n_slices": config.n_slices, "seed": slices_seed}
+            return builder(weighted, layout, coordinates, draws, **on, **options)
+
+        batched = None if minibatch is None else build(build_objective, draws, seed + 1, batch_size=minibatch)
         return Objectives(
-            coarse=build(coarse_draws, seed=seed + 3, side_by_side=HESSIAN_BATCH),
-            full=build(draws, seed=seed + 1),
-            minibatch=None if minibatch is None else build(draws, seed=seed + 1, batch_size=minibatch),
+            coarse=build(build_objective, coarse_draws, seed + 3),
+            full=build(build_objective, draws, seed + 1),
+            minibatch=batched,
+            coarse_in_mass=build(build_mass_quadratic, coarse_draws, seed + 3),
+            coarse_hessian=build(build_hessian, coarse_draws, seed + 3),
         )
 
     keys = jax.random.split(jax.random.PRNGKey(seed), config.restarts)
@@ -381,6 +388,7 @@ def reconstruct(
             return (
                 (weighted.log_density, (draw, data, weights)),
                 (jax.hessian(weighted.log_density), (draw, data, weights)),
+                (jax.hessian(weighted.loglik_per_point), (draw, data)),
                 (begin.with_responses, (begin.params.cloud, bases[0])),
             )
 

@@ -318,8 +318,8 @@ def make_start(
     shares = stratum_shares(weighted, layout, theta_mean)
     searched = tuple(i for i in range(layout.dim) if i not in responses)
     unit = pseudo.initial(n_points, layout)
-    # each candidate is evaluated at three masses (pseudo.at_best_mass) on the subset of draws
-    per_candidate = 3 * min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
+    # each candidate is evaluated on the subset of draws (its quadratic in the mass: pseudo.at_best_mass)
+    per_candidate = min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
     return Start(
         unit,
         partial(with_responses, layout, responses, predict, shares),
@@ -363,7 +363,7 @@ def run_stages(
         return begin.with_responses(cloud, base)
 
     scaled = pseudo.search_scales(
-        lambda cloud: objectives.coarse(responded(cloud), base, keys[0]),
+        lambda cloud: objectives.coarse_in_mass(responded(cloud), base),
         start.cloud,
         begin.searched,
         begin.located,
@@ -393,8 +393,8 @@ def run_stages(
         params = fitted(stage, shape, cloud)
         return jax.lax.cond(stage.all_draws, objectives.full, objectives.coarse, params, base, k)
 
-    def subset_objective(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud, k: Array) -> Array:
-        return objectives.coarse(fitted(stage, shape, cloud), base, k)
+    def subset_hessian(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud, k: Array) -> Array:
+        return objectives.coarse_hessian(partial(fitted, stage, shape), cloud, base)
 
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
         begun = responded(cloud)
@@ -405,7 +405,7 @@ def run_stages(
             config.coarse_steps,
             newton,
             lambda c: record(fitted(stage, begun.points, c)),
-            hessian_objective=partial(subset_objective, stage, begun.points),
+            hessian=partial(subset_hessian, stage, begun.points),
             tol=CLOUD_TOL,
             patience=2,  # Newton converges quadratically: two calm steps in a row are the end
             limit=stage.limit,

@@ -162,6 +162,17 @@ class WeightedModel:
         weighted = weight_likelihood(relax_support(self.model), weights=weights)
         return -potential_energy(weighted, (), self._kwargs(data), self.unravel(theta))
 
+    def log_prior(self, theta: Array, data: Mapping[str, Array]) -> Array:
+        """Unconstrained log density of the prior alone at the flat vector ``theta``: ``log_density`` with
+        the observed sites hidden, so that it is ``log_density(θ, x, w) − Σ_j w_j loglik_per_point(θ, x)_j``
+        whatever the pseudo-data ``data`` (any points the model accepts)."""
+
+        def observed(msg: dict[str, Any]) -> bool:
+            return bool(msg.get("is_observed")) and not _is_jacobian_factor(msg)
+
+        prior = handlers.block(self.model, hide_fn=observed)
+        return -potential_energy(prior, (), self._kwargs(data), self.unravel(theta))
+
     def loglik_per_point(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """log p(x_j | θ) for every point j (summed over observed sites), θ unconstrained flat."""
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))

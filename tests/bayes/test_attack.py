@@ -134,12 +134,12 @@ def test_scale_search_finds_the_order_of_magnitude_and_the_mass_in_closed_form()
     cloud = pseudo.initial(5, layout).cloud
     target = jnp.array([7.0, -1.0])
 
-    def objective(c):  # zero at mass zero whatever the cloud, as the prior's own value is
-        t, shape = jnp.exp(c.log_mass[0]), c.log_diag[0]
-        return t * (t - 2.0 * (30.0 + jnp.sum(shape))) + t * jnp.sum((shape - target) ** 2)
+    def in_mass(c):  # J(t m) = m² t² + m (Σ (s − target)² − 2 (30 + Σ s)) t at the cloud's mass m
+        m, shape = jnp.exp(c.log_mass[0]), c.log_diag[0]
+        return m**2, m * (jnp.sum((shape - target) ** 2) - 2.0 * (30.0 + jnp.sum(shape))), 0.0
 
-    # At its best mass t = 30 + Σ s − Σ (s − target)² / 2 the objective is −t²: best at s = target + 1.
-    found = pseudo.search_scales(objective, cloud, [0, 1])
+    # At its best mass 30 + Σ s − Σ (s − target)² / 2 the objective is −(that mass)²: best at s = target + 1.
+    found = pseudo.search_scales(in_mass, cloud, [0, 1])
     np.testing.assert_allclose(found.log_diag[0], target + 1.0)
     np.testing.assert_allclose(np.exp(found.log_mass[0]), 37.0, rtol=1e-9)
 
@@ -151,12 +151,12 @@ def test_scale_search_locates_each_coordinate_of_unknown_location_on_its_own():
     cloud = pseudo.initial(5, layout).cloud
     target, centre = jnp.array([7.0, -1.0]), jnp.array([1e3, -0.02])
 
-    def objective(c):
-        t, shape = jnp.exp(c.log_mass[0]), c.log_diag[0]
+    def in_mass(c):
+        m, shape = jnp.exp(c.log_mass[0]), c.log_diag[0]
         misplaced = jnp.sum(jnp.log1p(((c.shift[0] - centre) / centre) ** 2))
-        return t * (t - 2.0 * (30.0 + jnp.sum(shape))) + t * jnp.sum((shape - target) ** 2) + t * misplaced
+        return m**2, m * (jnp.sum((shape - target) ** 2) + misplaced - 2.0 * (30.0 + jnp.sum(shape))), 0.0
 
-    found = pseudo.search_scales(objective, cloud, [0, 1], located=[0, 1])
+    found = pseudo.search_scales(in_mass, cloud, [0, 1], located=[0, 1])
     np.testing.assert_allclose(found.log_diag[0], target + 1.0)
     np.testing.assert_allclose(found.shift[0], centre, rtol=0.14)  # refined to a tenth of the spread: e^±0.25
 
@@ -164,7 +164,7 @@ def test_scale_search_locates_each_coordinate_of_unknown_location_on_its_own():
 def test_the_mass_profile_keeps_to_its_range_when_the_objective_falls_without_end():
     layout = pseudo.Layout({"a": (1,)}, {})
     cloud = pseudo.initial(5, layout).cloud
-    value, found = pseudo.at_best_mass(lambda c: -jnp.exp(c.log_mass[0]), cloud)
+    value, found = pseudo.at_best_mass(lambda c: (0.0, -jnp.exp(c.log_mass[0]), 0.0), cloud)
     np.testing.assert_allclose(found.log_mass[0], pseudo.LOG_MASS_RANGE[1])
     np.testing.assert_allclose(value, -np.exp(pseudo.LOG_MASS_RANGE[1]), rtol=1e-9)
 
@@ -201,7 +201,7 @@ def test_subsampled_newton_converges_to_the_full_objectives_minimum():
 
     state, _, _, steps = jax.jit(
         lambda p: minimise(
-            full, p, jax.random.PRNGKey(0), 100, OptimiserConfig("newton"), hessian_objective=subset
+            full, p, jax.random.PRNGKey(0), 100, OptimiserConfig("newton"), hessian=jax.hessian(subset)
         )
     )(jnp.zeros(2))
     np.testing.assert_allclose(state.params, target, rtol=1e-7)

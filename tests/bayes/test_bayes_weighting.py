@@ -135,6 +135,22 @@ def test_loglik_per_point_is_the_weighted_increment(case):
         np.testing.assert_allclose(float(single), float(per_point[3]), rtol=1e-10)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_prior_and_the_weighted_points_make_the_log_density(case):
+    """log q_w(θ) = log prior(θ) + Σ_j w_j log p(x_j | θ), the prior taken at any other data (one point here):
+    what the attack's objective is built from (bayes_recon.objective.point_terms)."""
+    wm, data = CASES[case]()
+    n = len(next(iter(data.values())))
+    w = jnp.asarray(RNG.uniform(0, 2, n))
+    elsewhere = {k: v[:1] + 1.0 for k, v in data.items()}
+    for theta in _thetas(wm, data):
+        expected = wm.log_density(theta, data, w)
+        found = wm.log_prior(theta, elsewhere) + w @ wm.loglik_per_point(theta, data)
+        np.testing.assert_allclose(float(found), float(expected), rtol=1e-10)
+        posterior_score = jax.grad(lambda t: wm.log_density(t, data, w))(theta)
+        assert not np.allclose(posterior_score, jax.grad(wm.log_prior)(theta, data))  # no likelihood in it
+
+
 def test_weights_broadcast_over_extra_batch_dimensions():
     """An observed site with batch shape (n, k): point j's k entries all get weight w_j."""
     n, k = 6, 3

@@ -1,14 +1,30 @@
-"""The attack's objective: the information penalty leaves real data alone and charges an impossible point."""
+"""The attack's objective: the information penalty leaves real data alone and charges an impossible point;
+its Hessian from the points' own derivatives is the objective's."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.distributions import constraints
 
+from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates
 from bayes_recon.draws import as_draws
+from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import lookup
-from bayes_recon.objective import INFORMATION_BOUND, information_penalty, point_information
+from bayes_recon.objective import (
+    INFORMATION_BOUND,
+    build_hessian,
+    build_mass_quadratic,
+    build_objective,
+    information_penalty,
+    point_information,
+)
+from bayes_recon.optimise import columns_hessian
 from bayes_recon.posteriordb import load_posterior
 from bayes_recon.weighting import WeightedModel
 
@@ -34,3 +50,59 @@ def test_information_penalty_is_zero_for_the_true_data_and_charges_a_point_far_o
     far = {**data, "mom_iq": data["mom_iq"].at[0].multiply(1000.0)}
     assert float(point_information(model, coordinates, z, far)[0]) > INFORMATION_BOUND * dim
     assert float(information_penalty(model, coordinates, z, far)) > 0.0
+
+
+def logistic_with_a_binary_covariate(x, group, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 3.0).expand([3]))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=beta[0] + beta[1] * x + beta[2] * group), obs=y)
+
+
+def logistic_attack(estimator: str, seed: int = 1):
+    """The attack's pieces on a logistic regression with a binary covariate, at pseudo-data far out enough
+    for the information penalty: (weighted model, layout, coordinates, draws, settings, params, base)."""
+    rng = np.random.default_rng(0)
+    draws = {"beta": np.array([0.5, 1.0, -1.0]) + 0.2 * rng.normal(size=(40, 3))}
+    release = prepare_release(
+        logistic_with_a_binary_covariate, draws, ["x", "group", "y"], None, {"group": constraints.boolean}
+    )
+    layout = release.layout
+    coordinates = Coordinates.standardised(jnp.asarray(release.theta))
+    z = coordinates.to_attack(jnp.asarray(release.theta))
+    n_points, key = 4, jax.random.PRNGKey(seed)
+    start = pseudo.initial(n_points, layout)
+    params = jax.tree_util.tree_map(lambda leaf: leaf + 0.3 * jax.random.normal(key, leaf.shape), start)
+    params = params._replace(cloud=params.cloud._replace(log_diag=params.cloud.log_diag + 3.0))
+    settings = {"estimator": estimator, "n_slices": 3, "seed": 5}
+    base = pseudo.base_points(key, n_points, layout.dim)
+    return release.weighted_model, layout, coordinates, z, settings, params, base
+
+
+@pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])
+def test_the_hessian_from_each_points_derivatives_is_the_objectives_own(estimator):
+    """Newton's Hessian from D + 1 passes over the points equals the objective's, P columns of it, in every
+    parameter of the pseudo-data (clouds, residuals, weights), with the information penalty active."""
+    weighted, layout, coordinates, z, settings, params, base = logistic_attack(estimator)
+    points, _ = pseudo.measure(layout, params, base)
+    assert float(information_penalty(weighted, coordinates, z, points)) > 0.0
+    objective = build_objective(weighted, layout, coordinates, z, **settings)
+    hessian = build_hessian(weighted, layout, coordinates, z, **settings)
+
+    expected = columns_hessian(lambda p, k: objective(p, base, k))(params, jax.random.PRNGKey(0))
+    found = jax.jit(lambda p: hessian(lambda q: q, p, base))(params)
+    np.testing.assert_allclose(found, expected, rtol=1e-7, atol=1e-9 * float(jnp.abs(expected).max()))
+
+
+@pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])
+def test_the_objective_is_its_quadratic_in_the_mass_up_to_one_constant(estimator):
+    """At t times the weights the objective is a t² + b t + c + K, K the same for any pseudo-data."""
+    offsets = []
+    for seed in (1, 2):
+        weighted, layout, coordinates, z, settings, params, base = logistic_attack(estimator, seed)
+        objective = build_objective(weighted, layout, coordinates, z, **settings)
+        a, b, c = build_mass_quadratic(weighted, layout, coordinates, z, **settings)(params, base)
+        assert float(a) > 0.0
+        for t in (0.5, 1.0, 3.0):
+            scaled = params._replace(cloud=params.cloud._replace(log_mass=params.cloud.log_mass + np.log(t)))
+            offsets.append(float(objective(scaled, base, None)) - float(a * t**2 + b * t + c))
+    np.testing.assert_allclose(offsets, offsets[0], rtol=1e-9, atol=1e-9)

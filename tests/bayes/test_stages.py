@@ -154,18 +154,18 @@ def test_the_grid_refines_a_scale_between_its_points():
     """A sharp valley at log-scale 6.6, between the coarse grid's 6 and 8: refined by ±1 only, the grid
     stopped at 7; halving the refinement to ±¼ lands within ⅛ of it."""
 
-    def objective(cloud: pseudo.Cloud) -> jnp.ndarray:
+    def in_mass(cloud: pseudo.Cloud) -> tuple:  # J(t m) = (t m)² − 2 t m · gain at the cloud's mass m
         gain = 1.0 + jnp.exp(-(((cloud.log_diag[0, 0] - 6.6) / 0.3) ** 2))
         mass = jnp.exp(cloud.log_mass[0])
-        return mass**2 - 2.0 * mass * gain  # quadratic in the mass, as the score-matching objective is
+        return mass**2, -2.0 * mass * gain, 0.0
 
     layout = pseudo.Layout({"x": ()}, {})
-    found = pseudo.search_scales(objective, pseudo.initial(5, layout).cloud, (0,))
+    found = pseudo.search_scales(in_mass, pseudo.initial(5, layout).cloud, (0,))
     assert abs(float(found.log_diag[0, 0]) - 6.6) <= 0.125
     # In chunks (a large objective's memory bound), the same: a one-coordinate cloud has an empty
     # ``lower``, which JAX's chunked map could not batch (an ordinal regression crashed there).
-    chunked = pseudo.search_scales(objective, pseudo.initial(5, layout).cloud, (0,), (0,), at_once=4)
-    whole = pseudo.search_scales(objective, pseudo.initial(5, layout).cloud, (0,), (0,))
+    chunked = pseudo.search_scales(in_mass, pseudo.initial(5, layout).cloud, (0,), (0,), at_once=4)
+    whole = pseudo.search_scales(in_mass, pseudo.initial(5, layout).cloud, (0,), (0,))
     jax.tree_util.tree_map(np.testing.assert_array_equal, chunked, whole)
 
 
