@@ -23,7 +23,6 @@ from bayes_recon.divergence import (
     Estimator,
     map_in_chunks,
     rademacher_slices,
-    score_matching_objective,
 )
 from bayes_recon.weighting import WeightedModel
 
@@ -33,8 +32,8 @@ PseudoObjective = Callable[[pseudo.Pseudo, Array, Array], Array]
 # (pseudo_of, params, base points) → the objective's Hessian in params (flattened by ravel_pytree), where
 # pseudo_of(params) is the pseudo-data they stand for
 PseudoHessian = Callable[[Callable[[Any], pseudo.Pseudo], Any, Array], Array]
-# (params, base points) → (a, b, c): the objective at t times the weights is a t² + b t + c + a constant
-MassQuadratic = Callable[[pseudo.Pseudo, Array], tuple[Array, Array, Array]]
+# (params, base points, key) → (a, b, c): the objective at t times the weights is a t² + b t + c
+MassQuadratic = Callable[[pseudo.Pseudo, Array, Array], tuple[Array, Array, Array]]
 
 
 class Objectives(NamedTuple):
@@ -64,46 +63,9 @@ def value_size(estimator: Estimator, dim: int, n_slices: int) -> int:
     return dim * (dim if estimator == "exact" else n_slices)
 
 
-def draw_slices(estimator: Estimator, n_draws: int, n_slices: int, dim: int, seed: int) -> Array | None:
-    """The slices of every draw, fixed by ``seed`` (None for the exact estimator)."""
-    if estimator == "exact":
-        return None
-    return rademacher_slices(jax.random.PRNGKey(seed), n_draws, n_slices, dim)
-
-
-def build_objective(
-    weighted: WeightedModel,
-    layout: pseudo.Layout,
-    coordinates: Coordinates,
-    draws: Array,
-    estimator: Estimator,
-    n_slices: int,
-    seed: int,
-    batch_size: int | None = None,
-) -> PseudoObjective:
-    """J(params; base points, key): the score-matching objective of the weighted posterior.
-
-    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key;
-    otherwise all draws with slices fixed once (from ``seed``), so the objective is deterministic.
-    """
-    n_draws, dim = draws.shape
-    sliced = estimator != "exact"
-    fixed_slices = draw_slices(estimator, n_draws, n_slices, dim, seed)
-
-    def objective(params: pseudo.Pseudo, base: Array, batch_key: Array) -> Array:
-        points, w = pseudo.measure(layout, params, base)
-        log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
-        per_draw = w.shape[0] * dim * value_size(estimator, dim, n_slices)
-        at_once = max(1, GRADIENT_BUDGET // per_draw)
-        penalty = information_penalty(weighted, coordinates, draws, points)
-        if batch_size is None:
-            return score_matching_objective(log_q, draws, fixed_slices, estimator, at_once) + penalty
-        rows_key, slices_key = jax.random.split(batch_key)
-        rows = jax.random.choice(rows_key, n_draws, (batch_size,), replace=False)
-        slices = rademacher_slices(slices_key, batch_size, n_slices, dim) if sliced else None
-        return score_matching_objective(log_q, draws[rows], slices, estimator, at_once) + penalty
-
-    return jax.jit(objective)  # traced once, reused by every stage and derivative
+def draw_slices(estimator: Estimator, key: Array, n_draws: int, n_slices: int, dim: int) -> Array | None:
+    """Slices for ``n_draws`` draws from ``key`` (None for the exact estimator)."""
+    return None if estimator == "exact" else rademacher_slices(key, n_draws, n_slices, dim)
 
 
 def point_terms(
@@ -112,9 +74,10 @@ def point_terms(
     """Every point's score g_j = ∇ log p(x_j | θ) (n, d) and curvature term t_j (n,) at one draw (attack
     coordinates): the trace of ∇² log p(x_j | θ), or with slices ``v`` (K, d) the mean of vᵀ∇² log p v.
 
-    The weighted log-likelihood is Σ_j w_j log p(x_j | θ), so at a draw the objective is
-    Σ_j w_j t_j + ½ |√M G|² plus terms free of the pseudo-data, with G = ∇ log q = prior score + Σ_j w_j g_j
-    and M the identity (or, for the plain sliced estimator, the slices' mean vvᵀ: :func:`metric_root`).
+    The weighted log-likelihood is Σ_j w_j log p(x_j | θ), so at a draw the objective's term is
+    c + Σ_j w_j t_j + ½ |√M G|², with c and the prior score in G = prior score + Σ_j w_j g_j from the prior
+    alone (:func:`prior_terms`) and M the identity (or, for the plain sliced estimator, the slices' mean
+    vvᵀ: :func:`metric_root`). Forward derivatives along each direction give every point's own.
     """
 
     def loglik(x: Array) -> Array:
@@ -126,6 +89,21 @@ def point_terms(
     scores, second = jax.vmap(along)(jnp.eye(draw.shape[0]))
     curvature = second.sum(axis=0) if v is None else jax.vmap(along)(v)[1].mean(axis=0)
     return scores.T, curvature
+
+
+def prior_terms(
+    weighted: WeightedModel, layout: pseudo.Layout, coordinates: Coordinates
+) -> Callable[[Array, Array | None], tuple[Array, Array]]:
+    """(draw, slices) → the prior's score (d,) and curvature term at the draw (attack coordinates)."""
+    log_prior = coordinates.pull_back(lambda th: weighted.log_prior(th, layout.example(1)))
+
+    def terms(draw: Array, v: Array | None) -> tuple[Array, Array]:
+        score, curvature_along = jax.linearize(jax.grad(log_prior), draw)
+        directions = jnp.eye(draw.shape[0]) if v is None else v
+        curvature = jax.vmap(lambda u: u @ curvature_along(u))(directions)
+        return score, curvature.sum() if v is None else curvature.mean()
+
+    return terms
 
 
 def metric_root(estimator: Estimator) -> Callable[[Array, Array | None], Array]:
@@ -143,36 +121,66 @@ def build_mass_quadratic(
     estimator: Estimator,
     n_slices: int,
     seed: int,
+    batch_size: int | None = None,
 ) -> MassQuadratic:
-    """(a, b, c) with :func:`build_objective`'s objective (all draws, slices from ``seed``) at t times the
-    pseudo-data's weights equal to a t² + b t + c + K, from one pass over the points' own terms
-    (:func:`point_terms`); K = mean over draws of the prior's curvature term, the same for every
-    pseudo-data. Three evaluations of the objective at three masses took three times as long."""
+    """(params, base points, key) → (a, b, c): the score-matching objective of the weighted posterior
+    plus the information penalty, at t times the pseudo-data's weights, is a t² + b t + c (the weighted
+    log-likelihood is linear in the weights). From every point's own terms (:func:`point_terms`), in
+    forward derivatives only, with the penalty's scores among them: at t = 1 the value of
+    :func:`bayes_recon.divergence.score_matching_objective` of the weighted log density plus
+    :func:`information_penalty`, to rounding.
+
+    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key, the penalty
+    on them too; otherwise all draws with slices fixed once (from ``seed``), so it is deterministic.
+    """
     n_draws, dim = draws.shape
-    slices = draw_slices(estimator, n_draws, n_slices, dim, seed)
+    fixed_slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
+    prior = prior_terms(weighted, layout, coordinates)
     root = metric_root(estimator)
 
-    def quadratic(params: pseudo.Pseudo, base: Array) -> tuple[Array, Array, Array]:
+    def quadratic(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array]:
         points, w = pseudo.measure(layout, params, base)
-        log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
         at_once = max(1, GRADIENT_BUDGET // (w.shape[0] * dim * value_size(estimator, dim, n_slices)))
+        on, slices = draws, fixed_slices
+        if batch_size is not None:
+            rows_key, slices_key = jax.random.split(batch_key)
+            on = draws[jax.random.choice(rows_key, n_draws, (batch_size,), replace=False)]
+            slices = draw_slices(estimator, slices_key, batch_size, n_slices, dim)
 
         def at_draw(pair: tuple) -> tuple[Array, ...]:
             draw, v = pair
             scores, curvature = point_terms(weighted, coordinates, points, draw, v)
-            data_score = root(w @ scores, v)
-            prior_score = root(jax.grad(log_q)(draw), v) - data_score
+            prior_score, prior_curvature = prior(draw, v)
+            data_score, prior_score = root(w @ scores, v), root(prior_score, v)
             return (
                 0.5 * data_score @ data_score,
                 w @ curvature + prior_score @ data_score,
-                0.5 * prior_score @ prior_score,
+                prior_curvature + 0.5 * prior_score @ prior_score,
                 jnp.sum(scores**2, axis=1),
             )
 
-        a, b, c, information = map_in_chunks(at_draw, (draws, slices), at_once)
+        a, b, c, information = map_in_chunks(at_draw, (on, slices), at_once)
         return jnp.mean(a), jnp.mean(b), jnp.mean(c) + penalty_of(jnp.mean(information, axis=0), dim)
 
     return jax.jit(quadratic)
+
+
+def build_objective(
+    weighted: WeightedModel,
+    layout: pseudo.Layout,
+    coordinates: Coordinates,
+    draws: Array,
+    estimator: Estimator,
+    n_slices: int,
+    seed: int,
+    batch_size: int | None = None,
+) -> PseudoObjective:
+    """J(params; base points, key): the objective at the pseudo-data's own weights, a + b + c of
+    :func:`build_mass_quadratic` (the same arguments)."""
+    quadratic = build_mass_quadratic(
+        weighted, layout, coordinates, draws, estimator, n_slices, seed, batch_size=batch_size
+    )
+    return jax.jit(lambda params, base, key: sum(quadratic(params, base, key)))
 
 
 def build_hessian(
@@ -198,7 +206,8 @@ def build_hessian(
     the same matrix up to rounding.
     """
     n_draws, dim = draws.shape
-    slices = draw_slices(estimator, n_draws, n_slices, dim, seed)
+    slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
+    prior = prior_terms(weighted, layout, coordinates)
     root = metric_root(estimator)
 
     def hessian(pseudo_of: Callable[[Any], pseudo.Pseudo], params: Any, base: Array) -> Array:
@@ -215,9 +224,11 @@ def build_hessian(
         def terms(z: Array, draw: Array, v: Array | None) -> tuple[Array, Array]:
             return point_terms(weighted, coordinates, layout.assemble(z, bits), draw, v)
 
-        points = layout.assemble(z, bits)
-        log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
-        score = map_in_chunks(jax.grad(log_q), draws, at_once)  # G at every draw (S, d)
+        def total_score(pair: tuple) -> Array:
+            draw, v = pair
+            return prior(draw, v)[0] + w @ terms(z, draw, v)[0]
+
+        score = map_in_chunks(total_score, (draws, slices), at_once)  # G at every draw (S, d)
 
         def held(z: Array, w: Array) -> Array:
             """The objective with every draw's G held at its value: a sum of terms of one point each."""

@@ -363,7 +363,7 @@ def run_stages(
         return begin.with_responses(cloud, base)
 
     scaled = pseudo.search_scales(
-        lambda cloud: objectives.coarse_in_mass(responded(cloud), base),
+        lambda cloud: objectives.coarse_in_mass(responded(cloud), base, keys[0]),
         start.cloud,
         begin.searched,
         begin.located,

@@ -12,7 +12,7 @@ import pytest
 from numpyro.distributions import constraints
 
 from bayes_recon import pseudo
-from bayes_recon.divergence import Coordinates
+from bayes_recon.divergence import Coordinates, score_matching_objective
 from bayes_recon.draws import as_draws
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import lookup
@@ -21,6 +21,7 @@ from bayes_recon.objective import (
     build_hessian,
     build_mass_quadratic,
     build_objective,
+    draw_slices,
     information_penalty,
     point_information,
 )
@@ -94,15 +95,28 @@ def test_the_hessian_from_each_points_derivatives_is_the_objectives_own(estimato
 
 
 @pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])
-def test_the_objective_is_its_quadratic_in_the_mass_up_to_one_constant(estimator):
-    """At t times the weights the objective is a t² + b t + c + K, K the same for any pseudo-data."""
-    offsets = []
+def test_the_objective_from_each_points_terms_is_the_score_matching_objective(estimator):
+    """Built from every point's own terms, the objective is the score-matching objective of the weighted
+    log density (its Hessian traced whole) plus the information penalty."""
+    weighted, layout, coordinates, z, settings, params, base = logistic_attack(estimator)
+    points, w = pseudo.measure(layout, params, base)
+    log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
+    slices = draw_slices(estimator, jax.random.PRNGKey(settings["seed"]), *z.shape[:1], 3, z.shape[1])
+    expected = score_matching_objective(log_q, z, slices, estimator)
+    expected += information_penalty(weighted, coordinates, z, points)
+    found = build_objective(weighted, layout, coordinates, z, **settings)(params, base, None)
+    np.testing.assert_allclose(float(found), float(expected), rtol=1e-11)
+
+
+@pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])
+def test_the_objective_is_its_quadratic_in_the_mass(estimator):
+    """At t times the weights the objective is a t² + b t + c."""
     for seed in (1, 2):
         weighted, layout, coordinates, z, settings, params, base = logistic_attack(estimator, seed)
         objective = build_objective(weighted, layout, coordinates, z, **settings)
-        a, b, c = build_mass_quadratic(weighted, layout, coordinates, z, **settings)(params, base)
+        a, b, c = build_mass_quadratic(weighted, layout, coordinates, z, **settings)(params, base, None)
         assert float(a) > 0.0
         for t in (0.5, 1.0, 3.0):
             scaled = params._replace(cloud=params.cloud._replace(log_mass=params.cloud.log_mass + np.log(t)))
-            offsets.append(float(objective(scaled, base, None)) - float(a * t**2 + b * t + c))
-    np.testing.assert_allclose(offsets, offsets[0], rtol=1e-9, atol=1e-9)
+            expected = float(a * t**2 + b * t + c)
+            np.testing.assert_allclose(float(objective(scaled, base, None)), expected, rtol=1e-11)
