@@ -3,9 +3,13 @@
 :func:`build_objective` turns a weighted model, the pseudo-data layout and the draws into
 J(params; base points, key), the estimated Fisher divergence between the released posterior and
 the posterior of the weighted pseudo-data, plus :func:`information_penalty`, which keeps every
-pseudo-point within the Fisher information a real data point can carry. The memory budgets
-(:data:`GRADIENT_BUDGET`, :data:`VALUE_BUDGET`) decide how many draws (or grid candidates) go
-through at once.
+pseudo-point within the Fisher information a real data point can carry. The weighted log-likelihood
+is a sum of one term per point, so everything is built from every point's own score and curvature at
+each draw (:func:`point_terms`) and the prior's (:func:`prior_terms`): the objective, its exact
+quadratic in the total mass (:func:`build_mass_quadratic`, the grid's), and its Hessian in the
+pseudo-data's parameters from derivatives in each point's own coordinates (:func:`build_hessian`,
+Newton's). The memory budgets (:data:`GRADIENT_BUDGET`, :data:`VALUE_BUDGET`) decide how many draws
+(or grid candidates) go through at once.
 """
 
 from __future__ import annotations

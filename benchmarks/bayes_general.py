@@ -21,7 +21,8 @@ the draws for every M (points per stratum) and seed and reports:
   (what the draws allow, beside the 5 % bar below);
 * the recovered N (Σ w) against the true N; for the canonical-link GLMs (normal, Bernoulli-logit,
   binomial, Poisson), whose likelihood sees the responses through Σ y and Σ y·x_j, those sums'
-  relative errors, bar: all within 5 %; for every family the covariates' weighted mean (its shift in
+  relative errors, bar: all within 5 %, with their range over the result and the bootstrap replicates
+  (over the truth's value: how tightly the draws pin them down); for every family the covariates' weighted mean (its shift in
   true sd) and sd (its ratio to the true sd), reported without a bar;
 * the bootstrap (``ReconConfig.bootstrap`` rounds on resampled draws): every replicate's mass and the
   spread of N and of the columns' moments (``r.bootstrap_spread()``; above 0.25 the CLI says the
@@ -46,8 +47,9 @@ column ``X``, k ≥ 2 one free column ``X`` of shape (k,); the responses' suppor
 model (no ``support=`` is passed).
 
 Registry part (``--registry``): every registry posterior present in posteriordb, run through
-``benchmarks/bayes_posteriordb.py``'s own loop and oracle columns, with the truth bar and the
-self-check's verdict added (printed under each row, and in the JSON rows).
+``benchmarks/bayes_posteriordb.py``'s own loop and oracle columns, with the truth bar, the
+self-check's verdict, the unseen mass, the number of parameters d and the peak memory added (printed
+under each row, and in the JSON rows); each posterior in a fresh process, so the peak is its own.
 
 Prints a line per run (with J_attack − J_truth and the tolerance), then a table per family × N × k
 × M (seeds aggregated: mean and [min, max]; "ΔJ / tol" is (J_attack − J_truth) / tolerance, the bar
@@ -309,7 +311,6 @@ def recovered_statistics(data: Dataset, measure: br.WeightedMeasure) -> dict[str
     """N, the covariates' mean and sd against the truth's; Σ y and Σ y·x_j for canonical links."""
     w = measure.weights
     x_hat = np.asarray(measure.points["X"], float).reshape(len(w), -1)
-    y_hat = np.asarray(measure.points["y"], float)
     x = data.X.reshape(len(data.y), -1)
     mean_hat = w @ x_hat / w.sum()
     sd_hat = np.sqrt(w @ (x_hat - mean_hat) ** 2 / w.sum())
@@ -326,8 +327,8 @@ def recovered_statistics(data: Dataset, measure: br.WeightedMeasure) -> dict[str
         "x_sd_ratio": sd_hat / sd,
     }
     if data.family.canonical:
-        estimate = np.concatenate([[w @ y_hat], x_hat.T @ (w * y_hat)])
-        truth = np.concatenate([[data.y.sum()], x.T @ data.y])
+        estimate = sufficient_sums(measure.points, w)
+        truth = sufficient_sums({"X": data.X, "y": data.y}, np.ones(len(data.y)))
         errors = np.abs(estimate / truth - 1)
         out |= {
             "sufficient": estimate,  # Σ y, Σ y·x_1, ..., Σ y·x_k
@@ -336,6 +337,24 @@ def recovered_statistics(data: Dataset, measure: br.WeightedMeasure) -> dict[str
             "sufficient_bar": bool(errors.max() <= SUFFICIENT_BAR),
         }
     return out
+
+
+def sufficient_sums(points: Mapping[str, Any], weights: np.ndarray) -> np.ndarray:
+    """Σ w y and Σ w y·x_j: what a canonical link's likelihood sees of the responses."""
+    y = np.asarray(points["y"], float)
+    x = np.asarray(points["X"], float).reshape(len(y), -1)
+    return np.concatenate([[weights @ y], x.T @ (weights * y)])
+
+
+def sufficient_spread(result: br.Reconstruction, truth: np.ndarray) -> np.ndarray:
+    """How far apart the result's and the bootstrap replicates' Σ y and Σ y·x_j are, over the truth's: how
+    tightly the draws pin them down, beside the error against the truth."""
+    replicates = result.bootstrap
+    sums = [sufficient_sums(result.measure.points, result.measure.weights)] + [
+        sufficient_sums({k: replicates[f"points/{k}"][b] for k in ("X", "y")}, replicates["weights"][b])
+        for b in range(len(replicates["objective"]))
+    ]
+    return np.ptp(np.stack(sums), axis=0) / np.abs(truth)
 
 
 def _regression_design(columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -377,6 +396,8 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
     result = br.reconstruct(data.model, data.draws, free=data.free, n_points=m, seed=seed, config=config)
     peak = peak_rss_mb()
     recovered = recovered_statistics(data, result.measure)
+    if "sufficient_true" in recovered:
+        recovered["sufficient_spread"] = sufficient_spread(result, recovered["sufficient_true"])
     if family == "normal":
         recovered |= oracle_statistics(result, data)
     started = time.perf_counter()
@@ -398,11 +419,11 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
     }
 
 
-def in_fresh_process(*args: Any) -> dict:
-    """:func:`run_attack` in a new process, so that its peak memory is the attack's; an error is a row."""
+def in_fresh_process(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a new process, so that its peak memory is its own; an error is a row."""
     try:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(run_attack, *args).result()
+            return pool.submit(function, *args).result()
     except Exception as err:  # a failed attack (or a killed process) is a result of the suite
         return {
             "error": f"{type(err).__name__}: {err}",
@@ -416,7 +437,10 @@ def run_line(run: dict) -> str:
     if "error" in run:
         return head + "ERROR " + run["error"].splitlines()[0]
     sufficient = (
-        f"Σy,Σyx max {100 * max(run['sufficient_error']):6.2f} %  " if "sufficient_error" in run else ""
+        f"Σy,Σyx max {100 * max(run['sufficient_error']):6.2f} % (bootstrap range "
+        f"{100 * max(run['sufficient_spread']):.2f} %)  "
+        if "sufficient_error" in run
+        else ""
     )
     if "vs_oracle" in run:
         sufficient += (
@@ -525,7 +549,7 @@ def synthetic(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
                         run = {"family": family, "N": n, "k": k, "M": m, "seed": seed}
                         settings = {k: getattr(args, k) for k in ("restarts", "steps") if getattr(args, k)}
                         run |= {"settings": settings}
-                        run |= in_fresh_process(family, n, k, m, seed, settings, args.cache)
+                        run |= in_fresh_process(run_attack, family, n, k, m, seed, settings, args.cache)
                         runs.append(run)
                         groups[-1].append(run)
                         print(run_line(run), flush=True)
@@ -538,47 +562,61 @@ def synthetic(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
         print("\n".join(bar_lines(group)))
 
 
-def registry(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
-    """bayes_posteriordb's loop and oracle columns, with the truth bar and the self-check under each row
-    (its ``on_result`` hook, after the row is timed)."""
-    rows: list[dict] = []
+def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
+    """bayes_posteriordb's rows of one posterior (its loop and oracle columns), each with the truth bar, the
+    self-check's verdict, the unseen mass, the parameters d and the peak memory after its attack (its
+    ``on_result`` hook, after the row is timed; before the checks). Run in a fresh process
+    (:func:`in_fresh_process`), so that the peak is this posterior's attacks' (at several M or seeds, the
+    largest so far)."""
+    entry = bayes_posteriordb.REGISTRY[name]
 
     def add_checks(row: dict, result: br.Reconstruction) -> None:
-        entry = bayes_posteriordb.REGISTRY[row["posterior"]]
-        data = entry.model_data(load_posterior(row["posterior"], args.posteriordb).data)
+        row["peak_rss_mb"] = peak_rss_mb()
+        row["d"] = int(result.setup.draws.shape[1])
+        data = entry.model_data(load_posterior(name, args.posteriordb).data)
         row |= truth_bar(result, {k: data[k] for k in entry.free})
         row["self_check"] = result.self_check.to_json()
         row["unseen_mass"] = result.unseen_mass
         print(
             f"{'':<32}truth bar {'met' if row['truth_bar'] else 'NOT met'}: J_attack − J_truth = "
             f"{row['objective'] - row['objective_truth']:+.3e} (tol {row['tolerance']:.3e}); unseen mass "
-            f"{row['unseen_mass']:.2f}; self-check: "
+            f"{row['unseen_mass']:.2f}; d = {row['d']}; peak {row['peak_rss_mb']:.0f} MB; self-check: "
             f"{result.self_check.summary()}",
             flush=True,
         )
 
-    def save(latest: list[dict]) -> None:
-        write({"rows": rows + latest})
+    points = [str(m) for m in args.points]
+    return bayes_posteriordb.run_posterior(
+        name, args.posteriordb, points, args.seeds, args.bootstrap, lambda rows: None, add_checks
+    )
 
+
+def registry(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
+    """Every posterior's :func:`checked_rows`, each in a fresh process; a posterior that fails is a row with
+    its error at every M."""
+    rows: list[dict] = []
     print(
         f"{len(args.posteriors)} posteriors from {args.posteriordb}\n{bayes_posteriordb.HEADER}", flush=True
     )
     for name in args.posteriors:
-        points = [str(m) for m in args.points]
-        rows += bayes_posteriordb.run_posterior(
-            name, args.posteriordb, points, args.seeds, args.bootstrap, save, add_checks
-        )
+        found = in_fresh_process(checked_rows, name, args)
+        if isinstance(found, dict):  # the error
+            print(f"{name:<32}ERROR {found['error'].splitlines()[0]}", flush=True)
+            found = [{"posterior": name, "M": m, "truth_bar": False, **found} for m in args.points]
+        rows += found
+        write({"rows": rows})
     print()
     for name in args.posteriors:
         for m in args.points:
             group = [r for r in rows if r["posterior"] == name and r["M"] == m]
+            checked = [r for r in group if "error" not in r]
             for key, what in (
                 ("bar_oracle", "within 1 % of the oracle"),
                 ("bar_truth", "no further from the truth than the (β, log σ) oracle + 1 %"),
                 ("truth_bar", TRUTH_BAR),
             ):
-                if all(r[key] is not None for r in group):  # no oracle bars without a linear oracle
-                    print(verdict(sum(r[key] for r in group), len(group), f"{what}: {name} M={m}"))
+                if checked and all(r[key] is not None for r in checked):  # no oracle bars without an oracle
+                    print(verdict(sum(r[key] for r in checked), len(group), f"{what}: {name} M={m}"))
             print(reproduced(group, f"{name} M={m}"))
 
 
