@@ -40,6 +40,17 @@ PseudoHessian = Callable[[Callable[[Any], pseudo.Pseudo], Any, Array], Array]
 MassQuadratic = Callable[[pseudo.Pseudo, Array, Array], tuple[Array, Array, Array]]
 
 
+class ScoreMatching(NamedTuple):
+    """What the objective is of: the weighted model, the pseudo-data's layout, the attack's coordinates
+    of θ, and the estimator (with its slices per draw)."""
+
+    weighted: WeightedModel
+    layout: pseudo.Layout
+    coordinates: Coordinates
+    estimator: Estimator
+    n_slices: int
+
+
 class Objectives(NamedTuple):
     """The score-matching objective on a subset of draws (coarse stage), on all draws, and minibatched;
     of the first, its quadratic in the mass (the grid's) and its Hessian in any parameters of the
@@ -73,7 +84,7 @@ def draw_slices(estimator: Estimator, key: Array, n_draws: int, n_slices: int, d
 
 
 def point_terms(
-    weighted: WeightedModel, coordinates: Coordinates, data: Mapping[str, Array], draw: Array, v: Array | None
+    problem: ScoreMatching, data: Mapping[str, Array], draw: Array, v: Array | None
 ) -> tuple[Array, Array]:
     """Every point's score g_j = ∇ log p(x_j | θ) (n, d) and curvature term t_j (n,) at one draw (attack
     coordinates): the trace of ∇² log p(x_j | θ), or with slices ``v`` (K, d) the mean of vᵀ∇² log p v.
@@ -85,7 +96,7 @@ def point_terms(
     """
 
     def loglik(x: Array) -> Array:
-        return weighted.loglik_per_point(coordinates.to_model(x), data)
+        return problem.weighted.loglik_per_point(problem.coordinates.to_model(x), data)
 
     def along(u: Array) -> tuple[Array, Array]:  # each point's first and second derivative along u
         return jax.jvp(lambda x: jax.jvp(loglik, (x,), (u,))[1], (draw,), (u,))
@@ -95,11 +106,10 @@ def point_terms(
     return scores.T, curvature
 
 
-def prior_terms(
-    weighted: WeightedModel, layout: pseudo.Layout, coordinates: Coordinates
-) -> Callable[[Array, Array | None], tuple[Array, Array]]:
+def prior_terms(problem: ScoreMatching) -> Callable[[Array, Array | None], tuple[Array, Array]]:
     """(draw, slices) → the prior's score (d,) and curvature term at the draw (attack coordinates)."""
-    log_prior = coordinates.pull_back(lambda th: weighted.log_prior(th, layout.example(1)))
+    weighted, example = problem.weighted, problem.layout.example(1)
+    log_prior = problem.coordinates.pull_back(lambda th: weighted.log_prior(th, example))
 
     def terms(draw: Array, v: Array | None) -> tuple[Array, Array]:
         score, curvature_along = jax.linearize(jax.grad(log_prior), draw)
@@ -118,12 +128,8 @@ def metric_root(estimator: Estimator) -> Callable[[Array, Array | None], Array]:
 
 
 def build_mass_quadratic(
-    weighted: WeightedModel,
-    layout: pseudo.Layout,
-    coordinates: Coordinates,
+    problem: ScoreMatching,
     draws: Array,
-    estimator: Estimator,
-    n_slices: int,
     seed: int,
     batch_size: int | None = None,
 ) -> MassQuadratic:
@@ -137,9 +143,10 @@ def build_mass_quadratic(
     With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key, the penalty
     on them too; otherwise all draws with slices fixed once (from ``seed``), so it is deterministic.
     """
+    _, layout, _, estimator, n_slices = problem
     n_draws, dim = draws.shape
     fixed_slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
-    prior = prior_terms(weighted, layout, coordinates)
+    prior = prior_terms(problem)
     root = metric_root(estimator)
 
     def quadratic(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array]:
@@ -153,7 +160,7 @@ def build_mass_quadratic(
 
         def at_draw(pair: tuple) -> tuple[Array, ...]:
             draw, v = pair
-            scores, curvature = point_terms(weighted, coordinates, points, draw, v)
+            scores, curvature = point_terms(problem, points, draw, v)
             prior_score, prior_curvature = prior(draw, v)
             data_score, prior_score = root(w @ scores, v), root(prior_score, v)
             return (
@@ -170,30 +177,20 @@ def build_mass_quadratic(
 
 
 def build_objective(
-    weighted: WeightedModel,
-    layout: pseudo.Layout,
-    coordinates: Coordinates,
+    problem: ScoreMatching,
     draws: Array,
-    estimator: Estimator,
-    n_slices: int,
     seed: int,
     batch_size: int | None = None,
 ) -> PseudoObjective:
     """J(params; base points, key): the objective at the pseudo-data's own weights, a + b + c of
     :func:`build_mass_quadratic` (the same arguments)."""
-    quadratic = build_mass_quadratic(
-        weighted, layout, coordinates, draws, estimator, n_slices, seed, batch_size=batch_size
-    )
+    quadratic = build_mass_quadratic(problem, draws, seed, batch_size)
     return jax.jit(lambda params, base, key: sum(quadratic(params, base, key)))
 
 
 def build_hessian(
-    weighted: WeightedModel,
-    layout: pseudo.Layout,
-    coordinates: Coordinates,
+    problem: ScoreMatching,
     draws: Array,
-    estimator: Estimator,
-    n_slices: int,
     seed: int,
 ) -> PseudoHessian:
     """The Hessian of :func:`build_objective`'s objective (all draws, slices from ``seed``) in any
@@ -209,9 +206,10 @@ def build_hessian(
     D + 1 passes through the points instead of P (nes2000 at M = 50: a round took 130 s, now 49 s);
     the same matrix up to rounding.
     """
+    _, layout, _, estimator, n_slices = problem
     n_draws, dim = draws.shape
     slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
-    prior = prior_terms(weighted, layout, coordinates)
+    prior = prior_terms(problem)
     root = metric_root(estimator)
 
     def hessian(pseudo_of: Callable[[Any], pseudo.Pseudo], params: Any, base: Array) -> Array:
@@ -226,7 +224,7 @@ def build_hessian(
         at_once = max(1, GRADIENT_BUDGET // (n * dim * value_size(estimator, dim, n_slices) * (d_points + 1)))
 
         def terms(z: Array, draw: Array, v: Array | None) -> tuple[Array, Array]:
-            return point_terms(weighted, coordinates, layout.assemble(z, bits), draw, v)
+            return point_terms(problem, layout.assemble(z, bits), draw, v)
 
         def total_score(pair: tuple) -> Array:
             draw, v = pair

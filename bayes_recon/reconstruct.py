@@ -38,6 +38,7 @@ from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.objective import (
     GRADIENT_BUDGET,
     Objectives,
+    ScoreMatching,
     build_hessian,
     build_mass_quadratic,
     build_objective,
@@ -336,21 +337,17 @@ def reconstruct(
         config.batch_size if config.batch_size is not None and config.batch_size < z.shape[0] else None
     )
 
+    problem = ScoreMatching(weighted, layout, coordinates, estimator, config.n_slices)
+
     def objectives(draws: Array, coarse_draws: Array) -> Objectives:
         """Built inside the compiled function, so that the draws are arguments, not embedded constants.
         Those on the subset of draws share its slices (from seed + 3), those on all draws theirs."""
-
-        def build(builder: Callable, draws: Array, slices_seed: int, **options: Any) -> Any:
-            on = {"estimator": estimator, "n_slices": config.n_slices, "seed": slices_seed}
-            return builder(weighted, layout, coordinates, draws, **on, **options)
-
-        batched = None if minibatch is None else build(build_objective, draws, seed + 1, batch_size=minibatch)
         return Objectives(
-            coarse=build(build_objective, coarse_draws, seed + 3),
-            full=build(build_objective, draws, seed + 1),
-            minibatch=batched,
-            coarse_in_mass=build(build_mass_quadratic, coarse_draws, seed + 3),
-            coarse_hessian=build(build_hessian, coarse_draws, seed + 3),
+            coarse=build_objective(problem, coarse_draws, seed + 3),
+            full=build_objective(problem, draws, seed + 1),
+            minibatch=None if minibatch is None else build_objective(problem, draws, seed + 1, minibatch),
+            coarse_in_mass=build_mass_quadratic(problem, coarse_draws, seed + 3),
+            coarse_hessian=build_hessian(problem, coarse_draws, seed + 3),
         )
 
     keys = jax.random.split(jax.random.PRNGKey(seed), config.restarts)

@@ -22,8 +22,8 @@ the draws for every M (points per stratum) and seed and reports:
 * the recovered N (Σ w) against the true N; for the canonical-link GLMs (normal, Bernoulli-logit,
   binomial, Poisson), whose likelihood sees the responses through Σ y and Σ y·x_j, those sums'
   relative errors, bar: all within 5 %, with their range over the result and the bootstrap replicates
-  (over the truth's value: how tightly the draws pin them down); for every family the covariates' weighted mean (its shift in
-  true sd) and sd (its ratio to the true sd), reported without a bar;
+  (over the truth's value: how tightly the draws pin them down); for every family the covariates'
+  weighted mean (its shift in true sd) and sd (its ratio to the true sd), reported without a bar;
 * the bootstrap (``ReconConfig.bootstrap`` rounds on resampled draws): every replicate's mass and the
   spread of N and of the columns' moments (``r.bootstrap_spread()``; above 0.25 the CLI says the
   release does not determine that statistic), and the unseen mass (``r.unseen_mass``: the share of

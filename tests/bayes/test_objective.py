@@ -18,6 +18,7 @@ from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import lookup
 from bayes_recon.objective import (
     INFORMATION_BOUND,
+    ScoreMatching,
     build_hessian,
     build_mass_quadratic,
     build_objective,
@@ -61,7 +62,7 @@ def logistic_with_a_binary_covariate(x, group, y=None):
 
 def logistic_attack(estimator: str, seed: int = 1):
     """The attack's pieces on a logistic regression with a binary covariate, at pseudo-data far out enough
-    for the information penalty: (weighted model, layout, coordinates, draws, settings, params, base)."""
+    for the information penalty: (problem, draws in its coordinates, params, base points); slices from 5."""
     rng = np.random.default_rng(0)
     draws = {"beta": np.array([0.5, 1.0, -1.0]) + 0.2 * rng.normal(size=(40, 3))}
     release = prepare_release(
@@ -74,20 +75,20 @@ def logistic_attack(estimator: str, seed: int = 1):
     start = pseudo.initial(n_points, layout)
     params = jax.tree_util.tree_map(lambda leaf: leaf + 0.3 * jax.random.normal(key, leaf.shape), start)
     params = params._replace(cloud=params.cloud._replace(log_diag=params.cloud.log_diag + 3.0))
-    settings = {"estimator": estimator, "n_slices": 3, "seed": 5}
+    problem = ScoreMatching(release.weighted_model, layout, coordinates, estimator, 3)
     base = pseudo.base_points(key, n_points, layout.dim)
-    return release.weighted_model, layout, coordinates, z, settings, params, base
+    return problem, z, params, base
 
 
 @pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])
 def test_the_hessian_from_each_points_derivatives_is_the_objectives_own(estimator):
     """Newton's Hessian from D + 1 passes over the points equals the objective's, P columns of it, in every
     parameter of the pseudo-data (clouds, residuals, weights), with the information penalty active."""
-    weighted, layout, coordinates, z, settings, params, base = logistic_attack(estimator)
-    points, _ = pseudo.measure(layout, params, base)
-    assert float(information_penalty(weighted, coordinates, z, points)) > 0.0
-    objective = build_objective(weighted, layout, coordinates, z, **settings)
-    hessian = build_hessian(weighted, layout, coordinates, z, **settings)
+    problem, z, params, base = logistic_attack(estimator)
+    points, _ = pseudo.measure(problem.layout, params, base)
+    assert float(information_penalty(problem.weighted, problem.coordinates, z, points)) > 0.0
+    objective = build_objective(problem, z, 5)
+    hessian = build_hessian(problem, z, 5)
 
     expected = columns_hessian(lambda p, k: objective(p, base, k))(params, jax.random.PRNGKey(0))
     found = jax.jit(lambda p: hessian(lambda q: q, p, base))(params)
@@ -98,13 +99,14 @@ def test_the_hessian_from_each_points_derivatives_is_the_objectives_own(estimato
 def test_the_objective_from_each_points_terms_is_the_score_matching_objective(estimator):
     """Built from every point's own terms, the objective is the score-matching objective of the weighted
     log density (its Hessian traced whole) plus the information penalty."""
-    weighted, layout, coordinates, z, settings, params, base = logistic_attack(estimator)
-    points, w = pseudo.measure(layout, params, base)
+    problem, z, params, base = logistic_attack(estimator)
+    weighted, coordinates = problem.weighted, problem.coordinates
+    points, w = pseudo.measure(problem.layout, params, base)
     log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
-    slices = draw_slices(estimator, jax.random.PRNGKey(settings["seed"]), *z.shape[:1], 3, z.shape[1])
+    slices = draw_slices(estimator, jax.random.PRNGKey(5), z.shape[0], 3, z.shape[1])
     expected = score_matching_objective(log_q, z, slices, estimator)
     expected += information_penalty(weighted, coordinates, z, points)
-    found = build_objective(weighted, layout, coordinates, z, **settings)(params, base, None)
+    found = build_objective(problem, z, 5)(params, base, None)
     np.testing.assert_allclose(float(found), float(expected), rtol=1e-11)
 
 
@@ -112,9 +114,9 @@ def test_the_objective_from_each_points_terms_is_the_score_matching_objective(es
 def test_the_objective_is_its_quadratic_in_the_mass(estimator):
     """At t times the weights the objective is a t² + b t + c."""
     for seed in (1, 2):
-        weighted, layout, coordinates, z, settings, params, base = logistic_attack(estimator, seed)
-        objective = build_objective(weighted, layout, coordinates, z, **settings)
-        a, b, c = build_mass_quadratic(weighted, layout, coordinates, z, **settings)(params, base, None)
+        problem, z, params, base = logistic_attack(estimator, seed)
+        objective = build_objective(problem, z, 5)
+        a, b, c = build_mass_quadratic(problem, z, 5)(params, base, None)
         assert float(a) > 0.0
         for t in (0.5, 1.0, 3.0):
             scaled = params._replace(cloud=params.cloud._replace(log_mass=params.cloud.log_mass + np.log(t)))
