@@ -272,7 +272,7 @@ SHIFT_PRECISION = 0.1
 LOG_MASS_RANGE = (-3.0, 8.0)  # total mass e^-3 … e^8 times M
 
 
-# (a, b, c) of a cloud: the objective at t times its mass is a t² + b t + c (up to a constant)
+# (a, b, c) of a cloud: the objective at t times its mass is a t² + b t + c
 InMass = Callable[[Cloud], tuple[Array, Array, Array]]
 
 
