@@ -263,7 +263,7 @@ def build_hessian(
             return root(b, v)
 
         b = map_in_chunks(gauss_newton, (draws, slices), at_once)
-        cross = jnp.einsum("np,na,naq->pq", jw, curve_z[-1], jz)  # ∂²F/∂w_j∂z_j = ∇ψ_j
+        cross = jnp.einsum("np,na,naq->pq", jw, curve_z[-1], jz)  # ∂²F/∂w_j∂z_j, point j's own
 
         def along_u(x: Array) -> Array:  # ∇_u F · u(p), its gradient held: u's own curvature
             zx, wx = coordinates_of(x)
