@@ -130,9 +130,9 @@ class Coordinates(NamedTuple):
         return jax.scipy.linalg.solve_triangular(self.scale, (theta - self.shift).T, lower=True).T
 
     def to_model(self, z: Array) -> Array:
-        """Attack coordinates (rows of z) to model coordinates θ: the inverse of :meth:`to_attack`."""
+        """Attack coordinates z (a vector, or rows) to model coordinates θ: the inverse of ``to_attack``."""
         return self.shift + z @ self.scale.T
 
     def pull_back(self, log_q: Callable[[Array], Array]) -> Callable[[Array], Array]:
         """The log density in attack coordinates (the constant log-Jacobian is dropped)."""
-        return lambda z: log_q(self.shift + self.scale @ z)
+        return lambda z: log_q(self.to_model(z))

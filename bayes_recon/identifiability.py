@@ -239,7 +239,7 @@ def _response_slopes(setup: AttackSetup, points: Mapping[str, np.ndarray], respo
         def slope(theta: jax.Array) -> jax.Array:  # each point's log-likelihood sees only its own y
             return jax.grad(lambda v: jnp.sum(model.loglik_per_point(theta, {**data, response: v})))(y)
 
-        return jax.jacfwd(slope)(coordinates.shift + coordinates.scale @ z) @ coordinates.scale
+        return jax.jacfwd(slope)(coordinates.to_model(z)) @ coordinates.scale
 
     slopes = jax.jit(jax.vmap(per_draw))(draws)  # (S, M, d)
     return np.asarray(jnp.transpose(slopes, (1, 0, 2)).reshape(slopes.shape[1], -1))
@@ -326,7 +326,7 @@ def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndar
     """
     layout, weighted = setup.layout, setup.weighted_model
     data = {**weighted.fixed, **layout.example(1)}
-    theta = setup.coordinates.shift + setup.coordinates.scale @ jnp.mean(setup.draws, axis=0)
+    theta = setup.coordinates.to_model(jnp.mean(setup.draws, axis=0))
     mean = constrain_fn(weighted.model, (), data, weighted.unravel(theta))
     responses, predict = response_predictor(weighted.model, layout, dict(weighted.fixed), mean)
 

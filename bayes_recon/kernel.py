@@ -32,7 +32,7 @@ def model_features(setup: AttackSetup, points: Mapping[str, np.ndarray], max_dra
     data = {k: jnp.asarray(v) for k, v in points.items()}
 
     def per_draw(z: jax.Array) -> jax.Array:
-        theta = coordinates.shift + coordinates.scale @ z
+        theta = coordinates.to_model(z)
         return model.point_scores(theta, data) @ coordinates.scale  # (M, d)
 
     scores = jax.jit(jax.vmap(per_draw))(draws)  # (S, M, d)

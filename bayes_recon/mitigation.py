@@ -117,7 +117,7 @@ def posterior_from_statistics(
         prior = model.log_density(theta, prior_data, jnp.zeros(1))  # weight 0: the prior and its Jacobian
         return -(prior + statistics_log_likelihood(beta, params[spec.sigma], stats))
 
-    start = setup.coordinates.shift + setup.coordinates.scale @ jnp.mean(setup.draws, axis=0)
+    start = setup.coordinates.to_model(jnp.mean(setup.draws, axis=0))
     kernel = NUTS(potential_fn=potential, dense_mass=True)  # β's are strongly correlated without centring
     mcmc = MCMC(kernel, num_warmup=min(n_draws, 2000), num_samples=n_draws, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(seed), init_params=start)

@@ -303,7 +303,7 @@ def point_information(
     """Each point's Fisher information per unit weight, E_s ||∇_z log p(x_j | θ_s)||² over ``draws`` (M,)."""
 
     def information(z: Array) -> Array:
-        scores = weighted.point_scores(coordinates.shift + coordinates.scale @ z, points) @ coordinates.scale
+        scores = weighted.point_scores(coordinates.to_model(z), points) @ coordinates.scale
         return jnp.sum(scores**2, axis=-1)
 
     n_points = len(next(iter(points.values())))

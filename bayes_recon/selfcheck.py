@@ -167,7 +167,7 @@ def round_trip(
     w = jnp.asarray(weights, dtype=float)
 
     def log_q(z: jax.Array, data: Mapping[str, jax.Array], w: jax.Array) -> jax.Array:
-        return setup.weighted_model.log_density(release.shift + release.scale @ z, data, w)
+        return setup.weighted_model.log_density(release.to_model(z), data, w)
 
     nan = np.full(theta_p.shape[1], np.nan)
     sampled = _nuts(log_q, (data, w), theta_p.shape[1], config)
