@@ -83,7 +83,7 @@ def lower(
     except Exception:  # a damaged, foreign or unreadable file: traced again and written anew
         with contextlib.suppress(OSError):
             path.unlink()
-    specs = [jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in args]
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), args)
     try:
         program = jax.export.export(jax.jit(function))(*specs)
     except Exception:  # e.g. a model calling a function jax.export cannot serialise

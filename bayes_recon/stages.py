@@ -342,15 +342,18 @@ def run_stages(
     key: Array,
     config: ReconConfig,
     stage_steps: tuple[int, int, int, int],
-) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array]:
+    warm: Array,
+    start: pseudo.Cloud,
+) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array, pseudo.Cloud]:
     """Responses from the model's predictive and a grid search of the covariates' scales and the
     mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
+    ``warm`` (traced): begin at the cloud ``start`` instead, with the Newton stage on every draw and
+    the last: a bootstrap replicate from the best restart's cloud (see ``ReconConfig.bootstrap``).
 
     Returns the final parameters, the objective after every step, the recorded total mass,
-    weighted means and variances per step, the objective on all draws at the end, and the
-    steps each stage took before it converged.
+    weighted means and variances per step, the objective on all draws at the end, the steps each
+    stage took before it converged, and the cloud the Newton stages ended at.
     """
-    start = begin.params
     newton = OptimiserConfig("newton")
     minibatched = objectives.minibatch is not None
     fine = OptimiserConfig("adam" if minibatched else config.method, config.learning_rate)
@@ -366,13 +369,16 @@ def run_stages(
     def responded(cloud: pseudo.Cloud) -> pseudo.Pseudo:
         return begin.with_responses(cloud, base)
 
-    scaled = pseudo.search_scales(
-        lambda cloud: objectives.coarse_in_mass(responded(cloud), base, keys[0]),
-        start.cloud,
-        begin.searched,
-        begin.located,
-        at_once=begin.grid_at_once,
-    )
+    def search(_: None) -> pseudo.Cloud:
+        return pseudo.search_scales(
+            lambda cloud: objectives.coarse_in_mass(responded(cloud), base, keys[0]),
+            begin.params.cloud,
+            begin.searched,
+            begin.located,
+            at_once=begin.grid_at_once,
+        )
+
+    scaled = jax.lax.cond(warm, lambda _: start, search, None)
 
     # Three Newton stages on the cloud. With covariates of unknown location, their shape first, at
     # the mass the grid chose: while they are off (a ridge-like posterior needs their location to a
@@ -417,17 +423,18 @@ def run_stages(
         return final.params, (fitted(stage, begun.points, final.params), values, records, taken)
 
     table = CloudStage(
-        limit=jnp.asarray(stage_steps[:3]),
+        limit=jnp.where(warm, jnp.asarray([0, 0, stage_steps[2]]), jnp.asarray(stage_steps[:3])),
         frozen_mass=jnp.asarray([True, False, False]),
         all_draws=jnp.asarray([False, False, True]),
     )
     if config.coarse_steps:
-        _, (stage_ends, values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
+        newton_cloud, (stage_ends, values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
         polished = jax.tree_util.tree_map(lambda leaf: leaf[-1], stage_ends)
         cloud_values = [values[i, : stage_steps[i]] for i in range(3)]
         cloud_records = [tuple(r[i, : stage_steps[i]] for r in records) for i in range(3)]
     else:
-        polished, cloud_values, cloud_records, taken = responded(scaled), [], [], jnp.zeros(3, int)
+        newton_cloud, polished, cloud_values, cloud_records = scaled, responded(scaled), [], []
+        taken = jnp.zeros(3, int)
     last = objectives.minibatch if minibatched else objectives.full
     final, v3, r3, n3 = minimise(
         lambda params, k: last(params, base, k),
@@ -441,4 +448,4 @@ def run_stages(
     values = jnp.concatenate([*cloud_values, v3])
     records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
     final_value = objectives.full(final.params, base, key) if minibatched else final.value
-    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]])
+    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]]), newton_cloud
