@@ -83,10 +83,10 @@ class ReconConfig:
     the result is the same (it is left out of the checkpoint's fingerprint).
 
     ``bootstrap``: replicates of the attack on draws resampled with replacement, after the restarts
-    (the same compiled program, so no compilation). Each starts from the cloud the best restart's
-    Newton stages ended at and runs the last two stages on its resample: Newton on the cloud on every
-    draw, whose scale-free step crosses a direction the release leaves flat (a probit's N) at once,
-    then every point and weight. Their spread is how tightly the release determines N and the
+    (the same compiled program, so no compilation). Each runs the best restart's last two stages
+    again on its resample, from where they began: Newton on the cloud on every draw, whose
+    scale-free step crosses a direction the release leaves flat (a probit's N) at once, then every
+    point and weight. Their spread is how tightly the release determines N and the
     columns' moments: restarts on one set of draws can agree on a statistic the release leaves open.
     The grid and the Newton stages on the subset are not repeated: a replicate takes about a third of
     a restart's time (nes1992 at M = 50: 134.7 s → 104.4 s for the whole attack). 0 turns it off.
@@ -460,8 +460,8 @@ def reconstruct(
     values, final = arrays["objective"], arrays["final"]
     _check_finite(values, final, config)
     best = int(np.argmin(final))
-    best_cloud = pseudo.Cloud(*(arrays[f"cloud/{field}"][best] for field in pseudo.Cloud._fields))
-    run_all(range(rounds, total_rounds), (jnp.asarray(True), broadcast(best_cloud)))
+    warm_start = pseudo.Cloud(*(arrays[f"warm_start/{field}"][best] for field in pseudo.Cloud._fields))
+    run_all(range(rounds, total_rounds), (jnp.asarray(True), broadcast(warm_start)))
     replicates = [_best_of_round(finished[i]) for i in range(rounds, total_rounds)]
     bootstrap = (
         {k: np.stack([r[k] for r in replicates]) for k in replicates[0]}
@@ -636,12 +636,12 @@ def _measure_of(
 
 def _round_arrays(outputs: tuple) -> dict[str, np.ndarray]:
     """A round's outputs as named host arrays with a leading restart axis (what a checkpoint keeps)."""
-    (points, weights), values, (mass, mean, var), final, steps_taken, cloud = outputs
+    (points, weights), values, (mass, mean, var), final, steps_taken, warm_start = outputs
     named = {"weights": weights, "objective": values, "total_mass": mass, "mean": mean, "var": var,
              "final": final, "steps_taken": steps_taken}  # fmt: skip
     return {
         **{f"points/{k}": np.asarray(v) for k, v in points.items()},
-        **{f"cloud/{k}": np.asarray(v) for k, v in zip(pseudo.Cloud._fields, cloud, strict=True)},
+        **{f"warm_start/{k}": np.asarray(v) for k, v in zip(pseudo.Cloud._fields, warm_start, strict=True)},
         **{k: np.asarray(v) for k, v in named.items()},
     }
 

@@ -347,12 +347,15 @@ def run_stages(
 ) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array, pseudo.Cloud]:
     """Responses from the model's predictive and a grid search of the covariates' scales and the
     mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
-    ``warm`` (traced): begin at the cloud ``start`` instead, with the Newton stage on every draw and
-    the last: a bootstrap replicate from the best restart's cloud (see ``ReconConfig.bootstrap``).
+    ``warm`` (traced): begin the Newton stage on every draw at the cloud ``start`` instead, skipping
+    the grid and the subset's stages: a bootstrap replicate from the best restart (see
+    ``ReconConfig.bootstrap``).
 
     Returns the final parameters, the objective after every step, the recorded total mass,
     weighted means and variances per step, the objective on all draws at the end, the steps each
-    stage took before it converged, and the cloud the Newton stages ended at.
+    stage took before it converged, and the cloud the Newton stage on every draw began at (a cloud
+    whose responses come from the predictive, as every stage's start: the ends of a stage with free
+    responses are refitted clouds, whose responses' scales mean the data's spread, not the noise's).
     """
     newton = OptimiserConfig("newton")
     minibatched = objectives.minibatch is not None
@@ -420,7 +423,7 @@ def run_stages(
             patience=2,  # Newton converges quadratically: two calm steps in a row are the end
             limit=stage.limit,
         )
-        return final.params, (fitted(stage, begun.points, final.params), values, records, taken)
+        return final.params, (fitted(stage, begun.points, final.params), values, records, taken, cloud)
 
     table = CloudStage(
         limit=jnp.where(warm, jnp.asarray([0, 0, stage_steps[2]]), jnp.asarray(stage_steps[:3])),
@@ -428,12 +431,13 @@ def run_stages(
         all_draws=jnp.asarray([False, False, True]),
     )
     if config.coarse_steps:
-        newton_cloud, (stage_ends, values, records, taken) = jax.lax.scan(cloud_stage, scaled, table)
+        _, (stage_ends, values, records, taken, stage_starts) = jax.lax.scan(cloud_stage, scaled, table)
         polished = jax.tree_util.tree_map(lambda leaf: leaf[-1], stage_ends)
+        warm_start = jax.tree_util.tree_map(lambda leaf: leaf[-1], stage_starts)
         cloud_values = [values[i, : stage_steps[i]] for i in range(3)]
         cloud_records = [tuple(r[i, : stage_steps[i]] for r in records) for i in range(3)]
     else:
-        newton_cloud, polished, cloud_values, cloud_records = scaled, responded(scaled), [], []
+        warm_start, polished, cloud_values, cloud_records = scaled, responded(scaled), [], []
         taken = jnp.zeros(3, int)
     last = objectives.minibatch if minibatched else objectives.full
     final, v3, r3, n3 = minimise(
@@ -448,4 +452,4 @@ def run_stages(
     values = jnp.concatenate([*cloud_values, v3])
     records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
     final_value = objectives.full(final.params, base, key) if minibatched else final.value
-    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]]), newton_cloud
+    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]]), warm_start
