@@ -89,7 +89,7 @@ class ReconConfig:
     point and weight. Their spread is how tightly the release determines N and the
     columns' moments: restarts on one set of draws can agree on a statistic the release leaves open.
     The grid and the Newton stages on the subset are not repeated: a replicate takes about a third of
-    a restart's time (nes1992 at M = 50: 134.7 s → 104.4 s for the whole attack). 0 turns it off.
+    a restart's time (nes1992 at M = 50: 173.4 s → 85.7 s for the whole attack). 0 turns it off.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -414,7 +414,8 @@ def reconstruct(
 
     def run(index: int, start: tuple[Array, tuple]) -> dict[str, np.ndarray]:
         # The last round is filled up with restarts again and cut back: one compiled shape. A
-        # bootstrap round takes the restarts of the round of its number, on its own resample.
+        # bootstrap round takes the base points and keys of the restarts of the round of its number,
+        # on its own resample, all from the best restart's cloud (``start``).
         replicate = index - rounds
         first = (index if replicate < 0 else replicate) * at_once
         batch = np.arange(first, first + at_once) % config.restarts
