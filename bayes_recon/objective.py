@@ -143,7 +143,7 @@ def build_mass_quadratic(
     With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key, the penalty
     on them too; otherwise all draws with slices fixed once (from ``seed``), so it is deterministic.
     """
-    _, layout, _, estimator, n_slices = problem
+    layout, estimator, n_slices = problem.layout, problem.estimator, problem.n_slices
     n_draws, dim = draws.shape
     fixed_slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
     prior = prior_terms(problem)
@@ -206,7 +206,7 @@ def build_hessian(
     D + 1 passes through the points instead of P (nes2000 at M = 50: a round took 130 s, now 49 s);
     the same matrix up to rounding.
     """
-    _, layout, _, estimator, n_slices = problem
+    layout, estimator, n_slices = problem.layout, problem.estimator, problem.n_slices
     n_draws, dim = draws.shape
     slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
     prior = prior_terms(problem)
