@@ -28,7 +28,7 @@ from bayes_recon.divergence import (
     map_in_chunks,
     rademacher_slices,
 )
-from bayes_recon.weighting import WeightedModel
+from bayes_recon.weighting import Bandwidths, WeightedModel
 
 Array = jax.Array
 
@@ -83,11 +83,31 @@ def draw_slices(estimator: Estimator, key: Array, n_draws: int, n_slices: int, d
     return None if estimator == "exact" else rademacher_slices(key, n_draws, n_slices, dim)
 
 
+# Silverman's rule of thumb for a normal kernel: bandwidth 1.06 σ S^(-1/5) for S draws of spread σ.
+SILVERMAN = 1.06
+
+
+def kink_bandwidths(
+    weighted: WeightedModel, coordinates: Coordinates, data: Mapping[str, Array], draws: Array
+) -> Bandwidths:
+    """Per observed site with a kink (Laplace, asymmetric Laplace), the bandwidth by which it is smoothed
+    (:class:`bayes_recon.weighting._SmoothedLaplace`) at every point: Silverman's rule on the point's
+    standardised residual over ``draws`` (attack coordinates), so that the kink's curvature averaged over
+    the draws is a kernel density estimate there. A function of the points, differentiated with them.
+    Empty (and the objective the plain one) for a model without such sites."""
+    residuals = jax.vmap(lambda x: weighted.kink_residuals(coordinates.to_model(x), data))(draws)
+    return {
+        name: SILVERMAN * len(draws) ** -0.2 * jnp.sqrt(jnp.var(r, axis=0) + 1e-16)
+        for name, r in residuals.items()
+    }
+
+
 def point_terms(
-    problem: ScoreMatching, data: Mapping[str, Array], draw: Array, v: Array | None
+    problem: ScoreMatching, data: Mapping[str, Array], draw: Array, v: Array | None, bandwidths: Bandwidths
 ) -> tuple[Array, Array]:
     """Every point's score g_j = ∇ log p(x_j | θ) (n, d) and curvature term t_j (n,) at one draw (attack
-    coordinates): the trace of ∇² log p(x_j | θ), or with slices ``v`` (K, d) the mean of vᵀ∇² log p v.
+    coordinates): the trace of ∇² log p(x_j | θ), or with slices ``v`` (K, d) the mean of vᵀ∇² log p v;
+    kinks smoothed by ``bandwidths`` (:func:`kink_bandwidths`).
 
     The weighted log-likelihood is Σ_j w_j log p(x_j | θ), so at a draw the objective's term is
     c + Σ_j w_j t_j + ½ |√M G|², with c and the prior score in G = prior score + Σ_j w_j g_j from the prior
@@ -96,7 +116,7 @@ def point_terms(
     """
 
     def loglik(x: Array) -> Array:
-        return problem.weighted.loglik_per_point(problem.coordinates.to_model(x), data)
+        return problem.weighted.loglik_per_point(problem.coordinates.to_model(x), data, bandwidths)
 
     def along(u: Array) -> tuple[Array, Array]:  # each point's first and second derivative along u
         return jax.jvp(lambda x: jax.jvp(loglik, (x,), (u,))[1], (draw,), (u,))
@@ -157,10 +177,11 @@ def build_mass_quadratic(
             rows_key, slices_key = jax.random.split(batch_key)
             on = draws[jax.random.choice(rows_key, n_draws, (batch_size,), replace=False)]
             slices = draw_slices(estimator, slices_key, batch_size, n_slices, dim)
+        bandwidths = kink_bandwidths(problem.weighted, problem.coordinates, points, on)
 
         def at_draw(pair: tuple) -> tuple[Array, ...]:
             draw, v = pair
-            scores, curvature = point_terms(problem, points, draw, v)
+            scores, curvature = point_terms(problem, points, draw, v, bandwidths)
             prior_score, prior_curvature = prior(draw, v)
             data_score, prior_score = root(w @ scores, v), root(prior_score, v)
             return (
@@ -204,7 +225,8 @@ def build_hessian(
     weighted by ∇_u F, where F, the objective with every G held fixed, is a sum of terms of one point
     each: its Hessian in u has a D × D block per point, and cross terms with the point's own weight.
     D + 1 passes through the points instead of P (nes2000 at M = 50: a round took 130 s, now 49 s);
-    the same matrix up to rounding.
+    the same matrix up to rounding, except that the bandwidths of likelihood kinks (:func:`kink_bandwidths`)
+    are held at the points' values, as a Newton step needs only a model of the curvature.
     """
     layout, estimator, n_slices = problem.layout, problem.estimator, problem.n_slices
     n_draws, dim = draws.shape
@@ -222,9 +244,11 @@ def build_hessian(
         z, bits, w = pseudo.coordinates(layout, pseudo_of(params), base)
         n, d_points = z.shape
         at_once = max(1, GRADIENT_BUDGET // (n * dim * value_size(estimator, dim, n_slices) * (d_points + 1)))
+        # held at the points' values: Newton's Hessian is a model of the curvature
+        bandwidths = kink_bandwidths(problem.weighted, problem.coordinates, layout.assemble(z, bits), draws)
 
         def terms(z: Array, draw: Array, v: Array | None) -> tuple[Array, Array]:
-            return point_terms(problem, layout.assemble(z, bits), draw, v)
+            return point_terms(problem, layout.assemble(z, bits), draw, v, bandwidths)
 
         def total_score(pair: tuple) -> Array:
             draw, v = pair

@@ -43,6 +43,7 @@ from bayes_recon.objective import (
     build_mass_quadratic,
     build_objective,
     information_penalty,
+    kink_bandwidths,
     value_size,
 )
 from bayes_recon.precision import float64
@@ -272,8 +273,9 @@ class Reconstruction:
             )
         )
         data = {k: jnp.asarray(v) for k, v in points.items()}
+        bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, data, setup.draws)
         log_q = setup.coordinates.pull_back(
-            lambda th: setup.weighted_model.log_density(th, data, jnp.asarray(weights))
+            lambda th: setup.weighted_model.log_density(th, data, jnp.asarray(weights), bandwidths)
         )
         at_once = max(
             1, GRADIENT_BUDGET // (len(weights) * dim * value_size(estimator, dim, self.config.n_slices))

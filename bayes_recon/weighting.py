@@ -3,8 +3,9 @@
 Small effects do the work: the user's data arguments are replaced by pseudo-data (plain keyword
 arguments), :class:`weight_likelihood` scales every observed site's log-probability by the
 per-point weights, and :class:`relax_support` evaluates those log-probabilities without NumPyro's
-support mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient). The log
-density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
+support mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), and smooths the
+kink of an (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
+The log density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
 plain functions of ``(vector, pseudo-data, weights)``.
 """
 
@@ -18,9 +19,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jax.scipy.special import gammaln, xlog1py, xlogy
+from jax.scipy.special import erf, gammaln, xlog1py, xlogy
 from numpyro import handlers
-from numpyro.distributions import Distribution, GammaPoisson
+from numpyro.distributions import (
+    AsymmetricLaplace,
+    AsymmetricLaplaceQuantile,
+    Distribution,
+    ExpandedDistribution,
+    GammaPoisson,
+    Independent,
+    Laplace,
+    MaskedDistribution,
+)
 from numpyro.distributions.discrete import ZeroInflatedProbs
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 from numpyro.primitives import Messenger
@@ -28,6 +38,8 @@ from numpyro.primitives import Messenger
 Array = jax.Array
 LogDensity = Callable[[Array, Mapping[str, Array], Array], Array]
 """log q(θ_flat; pseudo-data, weights), up to a constant."""
+Bandwidths = Mapping[str, Array]
+"""Per observed kinked site, its kink's smoothing bandwidth in standardised residuals (batch-shaped)."""
 
 
 class weight_likelihood(Messenger):
@@ -60,12 +72,94 @@ class relax_support(Messenger):
     integers: pseudo-data of such a column move over the reals of the relaxed support
     (:func:`bayes_recon.supports.column_supports`). A zero-inflated count gets the relaxation of
     :class:`_RelaxedZeroInflated`, a negative binomial the formula of :class:`_GammaPoissonByLgamma`.
+    A kinked site (Laplace, asymmetric Laplace) named in ``bandwidths`` gets its kink smoothed by that
+    bandwidth (:class:`_SmoothedLaplace`, :class:`_SmoothedAsymmetricLaplace`).
     The user's distribution is not modified: the site gets an unvalidated copy.
     """
+
+    def __init__(self, fn: Callable | None = None, bandwidths: Bandwidths | None = None) -> None:
+        self.bandwidths = bandwidths or {}
+        super().__init__(fn)
 
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["is_observed"]:
             msg["fn"] = unvalidated(msg["fn"])
+            if msg["name"] in self.bandwidths:
+                msg["fn"] = _smoothed(msg["fn"], self.bandwidths[msg["name"]])
+
+
+def _smooth_abs(z: Array, h: Array) -> Array:
+    """E|z + hε| for a standard normal ε: |z| smoothed by a normal kernel of sd h; its second derivative
+    is 2φ_h(z)."""
+    u = z / h
+    return z * erf(u / jnp.sqrt(2.0)) + h * jnp.sqrt(2.0 / jnp.pi) * jnp.exp(-0.5 * u**2)
+
+
+class _SmoothedLaplace(Laplace):
+    """A Laplace density whose |z| (z the standardised residual, :func:`kink_residual`) is smoothed by
+    a normal kernel of the site's ``bandwidth`` (:func:`_smooth_abs`).
+
+    The score-matching objective is an expectation of the log-likelihood's curvature over the draws,
+    and |z|'s curvature is a Dirac delta at the kink, which no finite set of draws meets: unsmoothed,
+    the objective of a Laplace regression rewards pseudo-points whose kinks fall between the draws
+    (stop 30: far below the true data's objective, and the self-check rejected it). Smoothed, the
+    kink's curvature 2φ_h(z) averaged over the draws is a kernel density estimate of the draws'
+    residual at zero (:func:`bayes_recon.objective.kink_bandwidths` takes h by Silverman's rule), and
+    the kink is seen wherever the draws put it. At z far from 0 it is the Laplace density. (Smoothing
+    the curvature alone, with the exact value and score, leaves the objective's gradient in the
+    pseudo-data jumping wherever a kink crosses a draw: stop 32 measured mass 3.1 for 100 that way.)
+    """
+
+    bandwidth: Array
+
+    def log_prob(self, value: Array) -> Array:
+        return -jnp.log(2.0 * self.scale) - _smooth_abs(kink_residual(self, value), self.bandwidth)
+
+
+class _SmoothedAsymmetricLaplace(AsymmetricLaplace):
+    """An asymmetric Laplace density (a quantile regression's) smoothed as :class:`_SmoothedLaplace`:
+    its log falls by r / right_scale above the kink and by |r| / left_scale below it, that is by
+    (1/right + 1/left)/2 · |r| + (1/right − 1/left)/2 · r, and the |r| is smoothed."""
+
+    bandwidth: Array
+
+    def log_prob(self, value: Array) -> Array:
+        left, right = self.left_scale, self.right_scale
+        z = kink_residual(self, value)
+        slopes = (1 / right + 1 / left) / 2 * _smooth_abs(z, self.bandwidth) + (1 / right - 1 / left) / 2 * z
+        return -jnp.log(left + right) - (left + right) / 2 * slopes
+
+
+_SMOOTHED = {Laplace: _SmoothedLaplace, AsymmetricLaplace: _SmoothedAsymmetricLaplace}
+_WRAPPERS = (ExpandedDistribution, Independent, MaskedDistribution)
+Kinked = Laplace | AsymmetricLaplace
+
+
+def kinked_within(fn: Any) -> Kinked | None:
+    """The (asymmetric) Laplace distribution ``fn`` is, or wraps (by expanding, ``to_event``, masking, or
+    as ``AsymmetricLaplaceQuantile`` does), else None: a log-likelihood with a kink."""
+    while isinstance(fn, (*_WRAPPERS, AsymmetricLaplaceQuantile)):
+        fn = fn._ald if isinstance(fn, AsymmetricLaplaceQuantile) else fn.base_dist
+    return fn if type(fn) in _SMOOTHED else None
+
+
+def kink_residual(fn: Kinked, value: Array) -> Array:
+    """(value − loc) / scale: the kink is at 0; an asymmetric Laplace's scale is its two sides' mean."""
+    scale = fn.scale if isinstance(fn, Laplace) else (fn.left_scale + fn.right_scale) / 2
+    return (value - fn.loc) / scale
+
+
+def _smoothed(fn: Distribution, bandwidth: Array) -> Distribution:
+    """A copy of ``fn`` with its kinked distribution (:func:`kinked_within`) smoothed by ``bandwidth``."""
+    copy = object.__new__(_SMOOTHED.get(type(fn), type(fn)))
+    copy.__dict__.update(fn.__dict__)
+    if type(fn) in _SMOOTHED:
+        copy.bandwidth = bandwidth
+    elif isinstance(fn, AsymmetricLaplaceQuantile):  # it evaluates an AsymmetricLaplace it holds
+        copy._ald = _smoothed(fn._ald, bandwidth)
+    else:
+        copy.base_dist = _smoothed(fn.base_dist, bandwidth)
+    return copy
 
 
 class _RelaxedZeroInflated(ZeroInflatedProbs):
@@ -157,9 +251,12 @@ class WeightedModel:
     def dim(self) -> int:
         return int(ravel_pytree(dict(self.latent_example))[0].size)
 
-    def log_density(self, theta: Array, data: Mapping[str, Array], weights: Array) -> Array:
-        """Unconstrained log density of the weighted posterior at the flat vector ``theta``."""
-        weighted = weight_likelihood(relax_support(self.model), weights=weights)
+    def log_density(
+        self, theta: Array, data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths | None = None
+    ) -> Array:
+        """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
+        smoothed by ``bandwidths``, if given)."""
+        weighted = weight_likelihood(relax_support(self.model, bandwidths), weights=weights)
         return -potential_energy(weighted, (), self._kwargs(data), self.unravel(theta))
 
     def log_prior(self, theta: Array, data: Mapping[str, Array]) -> Array:
@@ -173,18 +270,31 @@ class WeightedModel:
         prior = handlers.block(self.model, hide_fn=observed)
         return -potential_energy(prior, (), self._kwargs(data), self.unravel(theta))
 
-    def loglik_per_point(self, theta: Array, data: Mapping[str, Array]) -> Array:
-        """log p(x_j | θ) for every point j (summed over observed sites), θ unconstrained flat."""
+    def _observed_sites(
+        self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
+    ) -> list[dict[str, Any]]:
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
-        n = next(iter(data.values())).shape[0]
-        relaxed = relax_support(handlers.substitute(self.model, params))
+        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths)
         trace = handlers.trace(relaxed).get_trace(**self._kwargs(data))
+        return [site for site in trace.values() if site["type"] == "sample" and site["is_observed"]]
+
+    def loglik_per_point(
+        self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
+    ) -> Array:
+        """log p(x_j | θ) for every point j (summed over observed sites), θ unconstrained flat (kinks
+        smoothed by ``bandwidths``, if given)."""
+        n = next(iter(data.values())).shape[0]
         total = jnp.zeros(n)
-        for site in trace.values():
-            if site["type"] == "sample" and site["is_observed"]:
-                lp = site["fn"].log_prob(site["value"])
-                total = total + jnp.reshape(lp, (n, -1)).sum(axis=1)
+        for site in self._observed_sites(theta, data, bandwidths):
+            lp = site["fn"].log_prob(site["value"])
+            total = total + jnp.reshape(lp, (n, -1)).sum(axis=1)
         return total
+
+    def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
+        """The standardised residual (:func:`kink_residual`) of every observed site with a kink (Laplace,
+        asymmetric Laplace), each the site's batch shape, θ unconstrained flat; empty without such sites."""
+        sites = [(site, kinked_within(site["fn"])) for site in self._observed_sites(theta, data)]
+        return {site["name"]: kink_residual(fn, site["value"]) for site, fn in sites if fn is not None}
 
     def point_scores(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """∇_θ log p(x_j | θ) for every point j, (M, d), θ unconstrained flat: the model's features."""

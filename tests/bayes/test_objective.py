@@ -24,6 +24,7 @@ from bayes_recon.objective import (
     build_objective,
     draw_slices,
     information_penalty,
+    kink_bandwidths,
     point_information,
 )
 from bayes_recon.optimise import columns_hessian
@@ -122,3 +123,54 @@ def test_the_objective_is_its_quadratic_in_the_mass(estimator):
             scaled = params._replace(cloud=params.cloud._replace(log_mass=params.cloud.log_mass + np.log(t)))
             expected = float(a * t**2 + b * t + c)
             np.testing.assert_allclose(float(objective(scaled, base, None)), expected, rtol=1e-11)
+
+
+KINKED = {  # a location model's likelihood, and the size of the jump in its log-density's slope
+    "laplace": (lambda theta: dist.Laplace(theta, 1.0), 2.0),
+    "asymmetric": (lambda theta: dist.AsymmetricLaplace(theta, 1.0, 2.0), 1 / 2 + 2),
+    "quantile": (lambda theta: dist.AsymmetricLaplaceQuantile(theta, 1.0, 0.2), 0.2 + 0.8),  # check loss
+}
+
+
+@pytest.mark.parametrize("kind", list(KINKED))
+def test_a_kinks_curvature_is_a_kernel_density_estimate(kind):
+    """With θ ~ N(0, 1) under the release, E[∂²θ log p(y | θ)] = −c φ(y) for a log-density whose slope
+    jumps by c at y = θ (integration by parts: all of it the kink's Dirac delta). The plain curvature is
+    0 at every draw; with the kink smoothed by Silverman's bandwidth on the draws' residuals, its mean
+    over the draws is that expectation to a few % (at 20,000 draws the estimate's bias and its Monte
+    Carlo error are each about 1 % at y = −1.5), and away from the kink the log-density is the model's."""
+    likelihood, jump = KINKED[kind]
+
+    def location(y=None):
+        theta = numpyro.sample("theta", dist.Normal(0.0, 10.0))
+        with numpyro.plate("rows", y.shape[0]):
+            numpyro.sample("y", likelihood(theta), obs=y)
+
+    draws = jax.random.normal(jax.random.PRNGKey(0), (20_000, 1))
+    weighted = WeightedModel(location, ("y",), {}, {"theta": jnp.zeros(())})
+    data = {"y": jnp.array([0.0, 0.7, -1.5])}
+    bandwidths = kink_bandwidths(weighted, Coordinates.identity(1), data, draws)
+    assert set(bandwidths) == {"y"}
+    residuals = jax.vmap(lambda t: weighted.kink_residuals(t, data))(draws)["y"]  # (y − θ) / scale
+    assert np.allclose(bandwidths["y"], 1.06 * np.std(residuals, axis=0) * 20_000**-0.2)
+
+    def curvature(bandwidths):
+        second = jax.vmap(jax.hessian(lambda t: weighted.loglik_per_point(t, data, bandwidths)))(draws)
+        return np.asarray(second[..., 0, 0].mean(axis=0))
+
+    expected = -jump * np.exp(-0.5 * data["y"] ** 2) / np.sqrt(2 * np.pi)
+    assert np.allclose(curvature(None), 0.0)
+    assert np.allclose(curvature(bandwidths), expected, rtol=0.05)
+    far = {"y": jnp.array([-9.0, 9.0])}
+    exact = likelihood(0.3).log_prob(far["y"])
+    smoothed = weighted.loglik_per_point(jnp.array([0.3]), far, {"y": jnp.array([0.05, 0.05])})
+    np.testing.assert_allclose(smoothed, exact, rtol=1e-12)
+
+
+def test_a_model_without_a_laplace_site_has_no_bandwidths():
+    entry, posterior = lookup(KIDIQ), load_posterior(KIDIQ)
+    data = {k: jnp.asarray(v)[:5] for k, v in entry.model_data(posterior.data).items() if k in entry.free}
+    draws = {k: jnp.asarray(v)[:10] for k, v in as_draws(posterior.draws).items()}
+    model = WeightedModel(entry.model, entry.free, {}, {k: v[0] for k, v in draws.items()})
+    theta = jnp.asarray(model.to_unconstrained(draws, data))
+    assert kink_bandwidths(model, Coordinates.identity(theta.shape[1]), data, theta) == {}
