@@ -14,7 +14,10 @@ lognormal with the count's mean and variance above its lower bound. It is only a
 free the responses afterwards — but one where the responses follow the covariates: kept in the
 pseudo-data cloud instead, a count is independent of the covariates at the start, and on a
 negative binomial regression (covariate at 10³) the cloud's best was then a collapsed covariate (a
-single x value: one direction of (a, b) left to the prior) that no later stage leaves.
+single x value: one direction of (a, b) left to the prior) that no later stage leaves. A response on
+the unit interval whose quantile has no second derivative in its parameters (Beta: JAX does not
+differentiate the incomplete beta function in its shapes) gets such a stand-in too
+(:func:`moment_quantile`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,19 @@ def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
     variance = jnp.maximum(jnp.broadcast_to(fn.variance, u.shape), tiny)
     log_variance = jnp.log1p(variance / mean**2)  # σ² of the log
     return low + jnp.exp(jnp.log(mean) - log_variance / 2 + jnp.sqrt(log_variance) * ndtri(u))
+
+
+def moment_quantile(fn: Distribution, u: Array) -> Array:
+    """Quantile of a logit-normal stand-in for a response on the unit interval: sigmoid(m + s Φ⁻¹(u)),
+    m = logit(mean) and s = sd / (mean (1 − mean)), smooth in fn's parameters wherever its mean and
+    variance are. Other supports raise NotImplementedError: there the responses stay in the cloud,
+    which served Student-t and Gamma regressions as well as this stand-in did (the same masses, in
+    up to twice the time), and a heavy tail may have no variance to match."""
+    if fn.support is not constraints.unit_interval:
+        raise NotImplementedError(f"no stand-in quantile for the support {fn.support}")
+    mean = jnp.broadcast_to(fn.mean, u.shape)
+    spread = jnp.sqrt(jnp.broadcast_to(fn.variance, u.shape)) / (mean * (1.0 - mean))
+    return jax.nn.sigmoid(jax.scipy.special.logit(mean) + spread * ndtri(u))
 
 
 def _bracket(fn: Distribution, u: Array) -> tuple[Array, Array]:

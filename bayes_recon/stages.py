@@ -27,7 +27,7 @@ from bayes_recon import pseudo
 from bayes_recon.divergence import Estimator
 from bayes_recon.objective import VALUE_BUDGET, Objectives, value_size
 from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
-from bayes_recon.quantile import preimage, quantile
+from bayes_recon.quantile import moment_quantile, preimage, quantile
 from bayes_recon.weighting import WeightedModel
 
 if TYPE_CHECKING:  # reconstruct imports this module; the config is only read here
@@ -141,16 +141,17 @@ def response_predictor(
     the weighted posterior's location right before any optimisation, whatever the data's scale.
     The sampler takes its standard-normal noise (one column per response coordinate) and maps it
     through the distribution's quantile function (:func:`bayes_recon.quantile.quantile`; a count's is
-    a smooth stand-in with its mean and variance): with noise that is exactly uncorrelated with the
-    covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it.
-    A coordinate the model observes through a transform (log(earn)) is solved for the drawn value
-    (:func:`bayes_recon.quantile.preimage`).
+    a smooth stand-in with its mean and variance, and so is that of a response on the unit interval
+    without second derivatives: :func:`bayes_recon.quantile.moment_quantile`): with noise that is
+    exactly uncorrelated with the covariates, a handful of points reproduces the posterior mean instead
+    of a noisy refit of it. A coordinate the model observes through a transform (log(earn)) is solved
+    for the drawn value (:func:`bayes_recon.quantile.preimage`).
     """
     found = response_coordinates(model, fixed, layout, jax.random.PRNGKey(0))
     responses = tuple(sorted(found))
     run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
 
-    def predict(z: Array, bits: Array, noise: Array) -> Array:
+    def predict(z: Array, bits: Array, noise: Array, quantile_of: Callable = quantile) -> Array:
         def site_of(z: Array, response: Response) -> Any:
             site = run.get_trace(**fixed, **layout.assemble(z, bits))[response.site]
             return site["fn"], jnp.reshape(site["value"], (len(z), -1))[:, response.element]
@@ -163,7 +164,7 @@ def response_predictor(
             level = (
                 jnp.full((len(z), int(np.prod(shape[1:], dtype=int))), 0.5).at[:, response.element].set(level)
             )
-            drawn = quantile(fn, jnp.clip(level.reshape(shape), 1e-12, 1 - 1e-12))
+            drawn = quantile_of(fn, jnp.clip(level.reshape(shape), 1e-12, 1 - 1e-12))
             target = jnp.reshape(drawn, (len(z), -1))[:, response.element]
             if response.direct:
                 value = biject_to(layout.support(response.column)).inv(target)
@@ -181,11 +182,14 @@ def response_predictor(
     probe = 2.0 * jax.random.normal(jax.random.PRNGKey(1), (PROBE_ROWS, layout.dim))
     bits = layout.random_bits(jax.random.PRNGKey(2), PROBE_ROWS)
     noise = jnp.zeros((PROBE_ROWS, len(responses)))
-    try:  # the stages differentiate the responses twice with respect to the covariates
-        jax.eval_shape(jax.hessian(lambda z: jnp.sum(predict(z, bits, noise))), probe)
-    except Exception:  # no default argument, no quantile function, or one without derivatives
-        return (), None
-    return responses, predict
+    for quantile_of in (quantile, moment_quantile):  # the model's quantile, else a smooth stand-in
+        predictor = partial(predict, quantile_of=quantile_of)
+        try:  # the stages differentiate the responses twice with respect to the covariates
+            jax.eval_shape(jax.hessian(lambda z, p=predictor: jnp.sum(p(z, bits, noise))), probe)
+        except Exception:  # no default argument, no quantile function, or one without derivatives
+            continue
+        return responses, predictor
+    return (), None
 
 
 def with_responses(

@@ -63,6 +63,29 @@ def test_a_count_response_is_predicted_from_the_model():
     assert np.all(np.diff(median) > 0)  # rises with the covariate, like the count's mean exp(b x)
 
 
+def test_a_beta_response_is_predicted_through_a_stand_in_with_its_mean():
+    """Beta's quantile (bisection on the incomplete beta function) has no derivative in its shapes, so
+    its responses stayed in the cloud, independent of the covariate (stop 30: a Beta regression at
+    M = 10 lost its covariate). The stand-in follows the model's mean, inside the unit interval."""
+
+    def model(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", x.shape[0]):
+            mean = jax.nn.sigmoid(b * x)
+            numpyro.sample("y", dist.Beta(10.0 * mean, 10.0 * (1.0 - mean)), obs=y)
+
+    layout = pseudo.Layout({"x": (), "y": ()}, {"y": constraints.unit_interval})
+    responses, predict = response_predictor(model, layout, {}, {"b": jnp.asarray(1.0)})
+    assert responses == (1,)
+    x = jnp.array([-3.0, 0.0, 3.0])
+    median = predicted(predict, layout, {"x": x}, jnp.zeros((3, 1)))["y"]
+    np.testing.assert_allclose(
+        median, jax.nn.sigmoid(x), rtol=1e-9
+    )  # the logit-normal's median is the mean's
+    spread = predicted(predict, layout, {"x": x}, jnp.full((3, 1), 6.0))["y"]
+    assert np.all((spread > median) & (spread < 1.0))
+
+
 def test_a_response_is_a_coordinate_an_observed_site_depends_on_alone_directly_or_through_a_transform():
     """Stan's earnings and mesquite models observe log(earn) and log(weight) of the free column, an AR(K)
     model its window's last entry: each is a response all the same (before, such a coordinate stayed
