@@ -172,6 +172,21 @@ FAMILIES = (
         },
         {"gap": 4.0, "sigma": [1.0, 0.5], "weight": 0.4},
     ),
+    # beyond the list: a kinked likelihood (Laplace) and one on the unit interval (Beta)
+    Family(
+        "laplace",
+        1.0,
+        lambda eta, p: dist.Laplace(eta, p["sigma"]),
+        {"sigma": dist.HalfNormal(10.0)},
+        {"sigma": 1.0},
+    ),
+    Family(
+        "beta",
+        0.0,
+        lambda eta, p: dist.Beta(jax.nn.sigmoid(eta) * p["phi"], (1 - jax.nn.sigmoid(eta)) * p["phi"]),
+        {"phi": dist.HalfNormal(20.0)},
+        {"phi": 10.0},
+    ),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 
