@@ -95,6 +95,8 @@ def kink_bandwidths(
     standardised residual over ``draws`` (attack coordinates), so that the kink's curvature averaged over
     the draws is a kernel density estimate there. A function of the points, differentiated with them.
     Empty (and the objective the plain one) for a model without such sites."""
+    if not weighted.kink_residuals(coordinates.to_model(draws[0]), data):  # one draw tells, cheaply
+        return {}
     residuals = jax.vmap(lambda x: weighted.kink_residuals(coordinates.to_model(x), data))(draws)
     return {
         name: SILVERMAN * len(draws) ** -0.2 * jnp.sqrt(jnp.var(r, axis=0) + 1e-16)
@@ -322,12 +324,17 @@ INFORMATION_BOUND = 10.0
 
 
 def point_information(
-    weighted: WeightedModel, coordinates: Coordinates, draws: Array, points: Mapping[str, Array]
+    weighted: WeightedModel,
+    coordinates: Coordinates,
+    draws: Array,
+    points: Mapping[str, Array],
+    bandwidths: Bandwidths | None = None,
 ) -> Array:
-    """Each point's Fisher information per unit weight, E_s ||∇_z log p(x_j | θ_s)||² over ``draws`` (M,)."""
+    """Each point's Fisher information per unit weight, E_s ||∇_z log p(x_j | θ_s)||² over ``draws`` (M,),
+    with kinks smoothed by ``bandwidths`` as in the objective (:func:`kink_bandwidths`)."""
 
     def information(z: Array) -> Array:
-        scores = weighted.point_scores(coordinates.to_model(z), points) @ coordinates.scale
+        scores = weighted.point_scores(coordinates.to_model(z), points, bandwidths) @ coordinates.scale
         return jnp.sum(scores**2, axis=-1)
 
     n_points = len(next(iter(points.values())))
@@ -337,10 +344,15 @@ def point_information(
 
 
 def information_penalty(
-    weighted: WeightedModel, coordinates: Coordinates, draws: Array, points: Mapping[str, Array]
+    weighted: WeightedModel,
+    coordinates: Coordinates,
+    draws: Array,
+    points: Mapping[str, Array],
+    bandwidths: Bandwidths | None = None,
 ) -> Array:
     """d × the mean over points of (information / bound − 1)² where it exceeds INFORMATION_BOUND × d."""
-    return penalty_of(point_information(weighted, coordinates, draws, points), draws.shape[1])
+    information = point_information(weighted, coordinates, draws, points, bandwidths)
+    return penalty_of(information, draws.shape[1])
 
 
 def penalty_of(information: Array, dim: int) -> Array:

@@ -73,17 +73,26 @@ def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
     return low + jnp.exp(jnp.log(mean) - log_variance / 2 + jnp.sqrt(log_variance) * ndtri(u))
 
 
+# The stand-in's logit stays within ±LOGIT_BOUND, where sigmoid and logit still invert each other in
+# float64 (sigmoid(37) is 1.0): a covariate that saturates the mean (the grid tries e^±14 of a scale)
+# gives a response at the bound's edge with zero derivatives, not NaN, which would spread to every
+# point's gradient through the cloud.
+LOGIT_BOUND = 30.0
+
+
 def moment_quantile(fn: Distribution, u: Array) -> Array:
     """Quantile of a logit-normal stand-in for a response on the unit interval: sigmoid(m + s Φ⁻¹(u)),
     m = logit(mean) and s = sd / (mean (1 − mean)), smooth in fn's parameters wherever its mean and
-    variance are. Other supports raise NotImplementedError: there the responses stay in the cloud,
-    which served Student-t and Gamma regressions as well as this stand-in did (the same masses, in
-    up to twice the time), and a heavy tail may have no variance to match."""
+    variance are, the logit kept within ±LOGIT_BOUND. Other supports raise NotImplementedError: there
+    the responses stay in the cloud, which served Student-t and Gamma regressions as well as this
+    stand-in did (the same masses, in up to twice the time), and a heavy tail may have no variance."""
     if fn.support is not constraints.unit_interval:
         raise NotImplementedError(f"no stand-in quantile for the support {fn.support}")
-    mean = jnp.broadcast_to(fn.mean, u.shape)
-    spread = jnp.sqrt(jnp.broadcast_to(fn.variance, u.shape)) / (mean * (1.0 - mean))
-    return jax.nn.sigmoid(jax.scipy.special.logit(mean) + spread * ndtri(u))
+    edge = jax.nn.sigmoid(-LOGIT_BOUND)
+    mean = jnp.clip(jnp.broadcast_to(fn.mean, u.shape), edge, 1.0 - edge)
+    sd = jnp.sqrt(jnp.maximum(jnp.broadcast_to(fn.variance, u.shape), edge**2))
+    logit = jax.scipy.special.logit(mean) + sd / (mean * (1.0 - mean)) * ndtri(u)
+    return jax.nn.sigmoid(jnp.clip(logit, -LOGIT_BOUND, LOGIT_BOUND))
 
 
 def _bracket(fn: Distribution, u: Array) -> tuple[Array, Array]:

@@ -281,7 +281,7 @@ class Reconstruction:
             1, GRADIENT_BUDGET // (len(weights) * dim * value_size(estimator, dim, self.config.n_slices))
         )
         terms = jax.jit(lambda z, v: score_matching_terms(log_q, z, v, estimator, at_once))
-        penalty = information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data)
+        penalty = information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data, bandwidths)
         return np.asarray(terms(setup.draws, slices) + penalty)
 
 

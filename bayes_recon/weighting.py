@@ -296,9 +296,12 @@ class WeightedModel:
         sites = [(site, kinked_within(site["fn"])) for site in self._observed_sites(theta, data)]
         return {site["name"]: kink_residual(fn, site["value"]) for site, fn in sites if fn is not None}
 
-    def point_scores(self, theta: Array, data: Mapping[str, Array]) -> Array:
-        """∇_θ log p(x_j | θ) for every point j, (M, d), θ unconstrained flat: the model's features."""
-        return jax.jacfwd(lambda th: self.loglik_per_point(th, data))(theta)
+    def point_scores(
+        self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
+    ) -> Array:
+        """∇_θ log p(x_j | θ) for every point j, (M, d), θ unconstrained flat: the model's features (kinks
+        smoothed by ``bandwidths``, if given)."""
+        return jax.jacfwd(lambda th: self.loglik_per_point(th, data, bandwidths))(theta)
 
     def to_unconstrained(self, draws: Mapping[str, np.ndarray], data: Mapping[str, Array]) -> np.ndarray:
         """Constrained draws {site: (S, ...)} to flat unconstrained vectors (S, dim)."""

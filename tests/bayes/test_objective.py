@@ -61,21 +61,26 @@ def logistic_with_a_binary_covariate(x, group, y=None):
         numpyro.sample("y", dist.Bernoulli(logits=beta[0] + beta[1] * x + beta[2] * group), obs=y)
 
 
-def logistic_attack(estimator: str, seed: int = 1):
-    """The attack's pieces on a logistic regression with a binary covariate, at pseudo-data far out enough
-    for the information penalty: (problem, draws in its coordinates, params, base points); slices from 5."""
+def laplace_with_a_binary_covariate(x, group, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 3.0).expand([3]))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Laplace(beta[0] + beta[1] * x + beta[2] * group, 1.0), obs=y)
+
+
+def logistic_attack(estimator: str, seed: int = 1, model=logistic_with_a_binary_covariate, spread=3.0):
+    """The attack's pieces on a logistic regression with a binary covariate (or another ``model`` of the
+    same columns), at pseudo-data far out enough for the information penalty (the cloud's log-scales up
+    by ``spread``): (problem, draws in its coordinates, params, base points); slices from 5."""
     rng = np.random.default_rng(0)
     draws = {"beta": np.array([0.5, 1.0, -1.0]) + 0.2 * rng.normal(size=(40, 3))}
-    release = prepare_release(
-        logistic_with_a_binary_covariate, draws, ["x", "group", "y"], None, {"group": constraints.boolean}
-    )
+    release = prepare_release(model, draws, ["x", "group", "y"], None, {"group": constraints.boolean})
     layout = release.layout
     coordinates = Coordinates.standardised(jnp.asarray(release.theta))
     z = coordinates.to_attack(jnp.asarray(release.theta))
     n_points, key = 4, jax.random.PRNGKey(seed)
     start = pseudo.initial(n_points, layout)
     params = jax.tree_util.tree_map(lambda leaf: leaf + 0.3 * jax.random.normal(key, leaf.shape), start)
-    params = params._replace(cloud=params.cloud._replace(log_diag=params.cloud.log_diag + 3.0))
+    params = params._replace(cloud=params.cloud._replace(log_diag=params.cloud.log_diag + spread))
     problem = ScoreMatching(release.weighted_model, layout, coordinates, estimator, 3)
     base = pseudo.base_points(key, n_points, layout.dim)
     return problem, z, params, base
@@ -97,16 +102,24 @@ def test_the_hessian_from_each_points_derivatives_is_the_objectives_own(estimato
 
 
 @pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])
-def test_the_objective_from_each_points_terms_is_the_score_matching_objective(estimator):
+@pytest.mark.parametrize(
+    ("model", "spread"), [(logistic_with_a_binary_covariate, 3.0), (laplace_with_a_binary_covariate, 4.5)]
+)
+def test_the_objective_from_each_points_terms_is_the_score_matching_objective(estimator, model, spread):
     """Built from every point's own terms, the objective is the score-matching objective of the weighted
-    log density (its Hessian traced whole) plus the information penalty."""
-    problem, z, params, base = logistic_attack(estimator)
+    log density (its Hessian traced whole) plus the information penalty, both with a Laplace likelihood's
+    kinks smoothed alike."""
+    problem, z, params, base = logistic_attack(estimator, model=model, spread=spread)
     weighted, coordinates = problem.weighted, problem.coordinates
     points, w = pseudo.measure(problem.layout, params, base)
-    log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w))
+    bandwidths = kink_bandwidths(weighted, coordinates, points, z)
+    assert bool(bandwidths) == (model is laplace_with_a_binary_covariate)
+    log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w, bandwidths))
     slices = draw_slices(estimator, jax.random.PRNGKey(5), z.shape[0], 3, z.shape[1])
     expected = score_matching_objective(log_q, z, slices, estimator)
-    expected += information_penalty(weighted, coordinates, z, points)
+    penalty = information_penalty(weighted, coordinates, z, points, bandwidths)
+    assert float(penalty) > 0.0
+    expected += penalty
     found = build_objective(problem, z, 5)(params, base, None)
     np.testing.assert_allclose(float(found), float(expected), rtol=1e-11)
 

@@ -84,6 +84,12 @@ def test_a_beta_response_is_predicted_through_a_stand_in_with_its_mean():
     )  # the logit-normal's median is the mean's
     spread = predicted(predict, layout, {"x": x}, jnp.full((3, 1), 6.0))["y"]
     assert np.all((spread > median) & (spread < 1.0))
+    # a covariate that saturates the mean (1 − 3e-7 at 15, exactly 1 at 40) gives finite values and
+    # derivatives at every point (a NaN there spread to every point's gradient through the cloud)
+    far = jnp.stack([jnp.array([-3.0, 3.0, 15.0, 40.0, -800.0]), jnp.zeros(5)], axis=1)
+    bits, noise = jnp.zeros((5, 0)), -jnp.ones((5, 1))
+    hessian = jax.jit(jax.hessian(lambda z: jnp.sum(predict(z, bits, noise))))(far)
+    assert np.all(np.isfinite(jax.jit(predict)(far, bits, noise))) and np.all(np.isfinite(hessian))
 
 
 def test_a_response_is_a_coordinate_an_observed_site_depends_on_alone_directly_or_through_a_transform():
