@@ -55,8 +55,8 @@ CONFIG_OPTIONS = {
     "coordinates": "coordinates of the parameters the divergence is measured in",
     "max_draws": "use at most this many posterior draws (default: all)",
     "batch_size": "minibatch of draws per step (forces Adam; default: every draw)",
-    "bootstrap": "rounds run again on resampled draws, to show how tightly the release determines N "
-    "and the moments (0: none)",
+    "bootstrap": "rounds run again on resampled draws from the best restart, to show how far they move "
+    "N and the moments (0: none; the standard errors need none)",
 }
 
 
@@ -211,7 +211,7 @@ def _checkpoint_arguments(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-ROUNDS_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} rounds done (restarts, then resamples) {elapsed}"
+ROUNDS_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} rounds done (restarts, then any resamples) {elapsed}"
 
 
 class _Progress:
@@ -365,7 +365,9 @@ def _reconstruct(args: argparse.Namespace) -> int:
         )
     _say(f"self-check: {recon.self_check.summary()}")
     _say(f"restarts: {describe_restarts(recon)}")
-    _say(f"bootstrap: {describe_bootstrap(recon)}")
+    _say(f"determined: {describe_determined(recon)}")
+    if len(recon.bootstrap["objective"]):
+        _say(f"bootstrap: {describe_bootstrap(recon)}")
     _say(f"convergence: {describe_convergence(recon)}")
     if args.json:
         _write_json(args.json, attack.to_json())
@@ -584,10 +586,11 @@ def describe_restarts(recon: Any) -> str:
     )
 
 
-def describe_bootstrap(recon: Any) -> str:
-    """How far the attack's statistics move when it is run again on resampled draws, after whether N is
-    left open by mass on pseudo-points the release barely sees (:attr:`Reconstruction.unseen_mass`)."""
-    from bayes_recon.reconstruct import UNSEEN_LEAVES_N_OPEN, UNSEEN_TILT
+def describe_determined(recon: Any) -> str:
+    """How tightly the release's draws determine N and the columns' moments (their Monte Carlo standard
+    errors, :attr:`Reconstruction.standard_errors`), after whether N is left open by mass on pseudo-points
+    the release barely sees (:attr:`Reconstruction.unseen_mass`)."""
+    from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_LEAVES_N_OPEN, UNSEEN_TILT
 
     unseen = (
         f"N is NOT determined: {percent(recon.unseen_mass)} of the recovered mass sits where the likelihood "
@@ -596,25 +599,31 @@ def describe_bootstrap(recon: Any) -> str:
         if recon.unseen_mass >= UNSEEN_LEAVES_N_OPEN
         else ""
     )
-    return unseen + _bootstrap_words(recon)
+    errors = recon.standard_errors
+    runs = "other draws of the same posterior would move the result by about one standard error: "
+    if not all(map(math.isfinite, errors.values())):
+        return f"{unseen}the standard errors are not finite (the objective is not finite near the result)."
+    loose = {k: v for k, v in errors.items() if 2 * v >= DETERMINED_WITHIN}
+    if not loose:
+        return f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."
+    return (
+        f"{unseen}{runs}{_spread_words(recon, loose)}: the release does NOT determine these; read their "
+        "values as one data set it cannot tell from the truth, not as the truth."
+    )
 
 
-def _bootstrap_words(recon: Any) -> str:
-    from bayes_recon.reconstruct import BOOTSTRAP_DETERMINES_BELOW
+def describe_bootstrap(recon: Any) -> str:
+    """How far the attack's statistics move when it is run again on resampled draws."""
+    from bayes_recon.reconstruct import DETERMINED_WITHIN
 
     spread = recon.bootstrap_spread()
-    if spread is None:
-        return "not run (--bootstrap 2 or more shows how tightly the release determines N and the moments)."
     runs = f"the attack run again on {len(recon.bootstrap['objective'])} resamples of the draws"
     if not all(map(math.isfinite, spread.values())):
         return f"{runs} did not finish on every resample (its objective became non-finite)."
-    loose = {k: v for k, v in spread.items() if v >= BOOTSTRAP_DETERMINES_BELOW}
+    loose = {k: v for k, v in spread.items() if v >= DETERMINED_WITHIN}
     if not loose:
-        return f"{runs} moves {_largest_words(spread)}: the release determines them about that tightly."
-    return (
-        f"{runs} moves {_spread_words(recon, loose)}: the release does NOT determine these; read their "
-        "values as one data set it cannot tell from the truth, not as the truth."
-    )
+        return f"{runs} moves {_largest_words(spread)}."
+    return f"{runs} moves {_spread_words(recon, loose)}."
 
 
 def describe_identifiability(check: Any) -> str:
@@ -632,7 +641,7 @@ def describe_identifiability(check: Any) -> str:
             + ", ".join(found.linear_in_response)
             + " (a canonical link): the release determines these sums best; N and the covariates' "
             "moments enter only through the non-linear part and may be weakly determined (reconstruct "
-            "reports how far a bootstrap of the draws moves them).\n"
+            "reports their standard errors).\n"
             if found.linear_in_response
             else ""
         )

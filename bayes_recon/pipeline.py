@@ -100,6 +100,7 @@ class PosteriorAttack:
             "relative_mmd_model_kernel": jsonable(self.relative_mmd()),
             "self_check": jsonable(recon.self_check.to_json()),
             "restart_spread": jsonable(recon.restart_spread()),
+            "standard_errors": jsonable(recon.standard_errors),
             "bootstrap_spread": jsonable(recon.bootstrap_spread()),
             "unseen_mass": jsonable(recon.unseen_mass),
             "converged": recon.converged(),

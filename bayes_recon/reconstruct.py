@@ -8,9 +8,10 @@ by Newton, then every point and weight by L-BFGS; the start and the stages are
 :mod:`bayes_recon.stages`), the restarts in rounds of one compiled program each (one restart per
 round on a CPU, all batched by ``vmap`` on an accelerator; on a CPU the rounds run side by side,
 one fewer than the cores as memory allows; each round can be kept in a checkpoint)
-→ keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history,
-and with the same program run again on bootstrap resamples of the draws, which shows how tightly
-the release determines every statistic (:meth:`Reconstruction.bootstrap_spread`).
+→ keep the restart with the lowest objective → return a :class:`WeightedMeasure` with its history;
+how tightly the release determines every statistic are its Monte Carlo standard errors
+(:attr:`Reconstruction.standard_errors`), and the same program can run again on bootstrap resamples
+of the draws (:meth:`Reconstruction.bootstrap_spread`).
 This module holds that orchestration: the configuration, the rounds, the result.
 """
 
@@ -49,6 +50,7 @@ from bayes_recon.objective import (
 from bayes_recon.precision import float64
 from bayes_recon.selfcheck import SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
+from bayes_recon.standard_errors import Sandwich, build_sandwich, moment_errors, statistic_covariance
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
@@ -85,12 +87,12 @@ class ReconConfig:
 
     ``bootstrap``: replicates of the attack on draws resampled with replacement, after the restarts
     (the same compiled program, so no compilation). Each runs the best restart's last two stages
-    again on its resample, from where they began: Newton on the cloud on every draw, whose
-    scale-free step crosses a direction the release leaves flat (a probit's N) at once, then every
-    point and weight. Their spread is how tightly the release determines N and the
-    columns' moments: restarts on one set of draws can agree on a statistic the release leaves open.
-    The grid and the Newton stages on the subset are not repeated: a replicate takes about a third of
-    a restart's time (nes1992 at M = 50: 173.4 s → 85.7 s for the whole attack). 0 turns it off.
+    again on its resample, from where they began: Newton on the cloud on every draw, then every
+    point and weight. The grid and the Newton stages on the subset are not repeated: a replicate takes
+    about a third of a restart's time. Off by default: replicates started there barely move along the
+    directions the objective leaves nearly flat, which are what the draws do not determine, so their
+    spread understates it (a logistic regression: Σ y·x 14 % off, replicates within 6 %);
+    :attr:`Reconstruction.standard_errors` measures it from the draws without refits.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -106,7 +108,7 @@ class ReconConfig:
     rounds_at_once: int | None = None
     batch_size: int | None = None
     max_draws: int | None = None
-    bootstrap: int = 2
+    bootstrap: int = 0
 
     def __post_init__(self) -> None:
         at_least_one = (
@@ -262,6 +264,37 @@ class Reconstruction:
         mean is the objective there (``objective_terms(measure.points, measure.weights).mean() ==
         objective``), so the true data's value and its Monte Carlo error come from the same draws and
         slices."""
+        data = {k: jnp.asarray(v) for k, v in points.items()}
+        terms, penalty = self._objective_parts(data)
+        return np.asarray(jax.jit(terms)(data, jnp.asarray(weights)) + penalty(data))
+
+    @cached_property
+    def standard_errors(self) -> dict[str, float]:
+        """How tightly the release's draws determine N and every free coordinate's mean, sd and
+        pairwise covariance: their Monte Carlo standard errors at the result (the sandwich covariance
+        of the attack's optimum, :mod:`bayes_recon.standard_errors`), in the units and under the keys
+        of :func:`statistics_spread`. Computed the first time it is read (seconds), then kept."""
+        return moment_errors(self._sandwich, self.measure.points)
+
+    def statistic_covariance(
+        self, statistic: Callable[[Mapping[str, Array], Array], Array]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Any differentiable statistic of the measure, ``statistic(points, weights)`` (K,) in JAX,
+        at the result, and its Monte Carlo covariance (K, K) (see :attr:`standard_errors`)."""
+        return statistic_covariance(self._sandwich, statistic)
+
+    @cached_property
+    def _sandwich(self) -> Sandwich:
+        points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
+        weights = jnp.asarray(self.measure.weights)
+        terms, penalty = self._objective_parts(points)
+        return build_sandwich(terms, penalty, self.setup.layout, points, weights, self.setup.draws.shape[1])
+
+    def _objective_parts(
+        self, near: Mapping[str, Array]
+    ) -> tuple[Callable[[Mapping[str, Array], Array], Array], Callable[[Mapping[str, Array]], Array]]:
+        """The objective as (its per-draw terms at a measure, the information penalty at its points),
+        on the attack's draws and slices, kinks smoothed with the bandwidths at the points ``near``."""
         setup, metadata = self.setup, self.measure.meta
         n_draws, dim = setup.draws.shape
         estimator = metadata["estimator"]
@@ -272,17 +305,22 @@ class Reconstruction:
                 jax.random.PRNGKey(metadata["seed"] + 1), n_draws, self.config.n_slices, dim
             )
         )
-        data = {k: jnp.asarray(v) for k, v in points.items()}
-        bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, data, setup.draws)
-        log_q = setup.coordinates.pull_back(
-            lambda th: setup.weighted_model.log_density(th, data, jnp.asarray(weights), bandwidths)
-        )
+        bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, near, setup.draws)
+        n_points = len(next(iter(near.values())))
         at_once = max(
-            1, GRADIENT_BUDGET // (len(weights) * dim * value_size(estimator, dim, self.config.n_slices))
+            1, GRADIENT_BUDGET // (n_points * dim * value_size(estimator, dim, self.config.n_slices))
         )
-        terms = jax.jit(lambda z, v: score_matching_terms(log_q, z, v, estimator, at_once))
-        penalty = information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data, bandwidths)
-        return np.asarray(terms(setup.draws, slices) + penalty)
+
+        def terms(data: Mapping[str, Array], weights: Array) -> Array:
+            log_q = setup.coordinates.pull_back(
+                lambda th: setup.weighted_model.log_density(th, data, weights, bandwidths)
+            )
+            return score_matching_terms(log_q, setup.draws, slices, estimator, at_once)
+
+        def penalty(data: Mapping[str, Array]) -> Array:
+            return information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data, bandwidths)
+
+        return terms, penalty
 
 
 @float64
@@ -612,8 +650,9 @@ def statistics_spread(
     return out
 
 
-# A statistic whose bootstrap spread (statistics_spread) is this or more is not determined by the release.
-BOOTSTRAP_DETERMINES_BELOW = 0.25
+# A statistic whose two standard errors (Reconstruction.standard_errors, in statistics_spread's units) reach
+# this is not determined by the release.
+DETERMINED_WITHIN = 0.25
 # Mass whose weighted log-likelihood varies over the draws by under UNSEEN_TILT of the whole data's is
 # mass the release barely sees (Reconstruction.unseen_mass; draws thinned to about UNSEEN_DRAWS). With
 # UNSEEN_LEAVES_N_OPEN or more of the mass so, the release does not determine N.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from bayes_recon.reconstruct import BOOTSTRAP_DETERMINES_BELOW
+from bayes_recon.reconstruct import DETERMINED_WITHIN
 from recon_core.headline import Headline, Severity, number, percent, words
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Findings:
     smaller: tuple[SmallerRelease, ...]
     noisy: tuple[NoisyRelease, ...] | None
     file_leaks: tuple[Mapping[str, Any], ...] = ()
-    bootstrap_spread: float | None = None  # the largest, over the statistics; None when not run
+    standard_error: float = 0.0  # the largest over N and the columns' moments (statistics_spread's units)
 
     def verdict(self, error: float) -> Verdict:
         if error < self.recovered_below:
@@ -136,7 +136,7 @@ def findings(audit: Audit) -> Findings:
         smaller=smaller,
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
-        bootstrap_spread=None if (boot := recon.bootstrap_spread()) is None else max(boot.values()),
+        standard_error=max(recon.standard_errors.values()),
     )
 
 
@@ -329,22 +329,17 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             if found.restarts == 1
             else f"Only one of {found.restarts} restarts reached the best objective"
         ) + ", so there is no spread between restarts to compare (more with --restarts)."
-    if found.bootstrap_spread is None:
-        resampled = (
-            "No bootstrap of the draws was run (--bootstrap 2 shows how tightly the release determines N and "
-            "the columns' moments)."
+    resampled = (
+        "Other draws of the same posterior would move the attack's N and columns' means, sds and covariances "
+        f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "
+        "correlation)"
+        + (
+            ": the release determines them about that tightly."
+            if 2 * found.standard_error < DETERMINED_WITHIN
+            else ": the release does not determine them all; read those values as one data set it "
+            "cannot tell from the truth."
         )
-    else:
-        resampled = (
-            "Run again on resamples of the draws, the attack's N and columns' means, sds and covariances "
-            f"move by up to {percent(found.bootstrap_spread)} (means in sd, covariances in correlation)"
-            + (
-                ": the release determines them about that tightly."
-                if found.bootstrap_spread < BOOTSTRAP_DETERMINES_BELOW
-                else ": the release does not determine them all; read those values as one data set it "
-                "cannot tell from the truth."
-            )
-        )
+    )
     return check, spread, resampled
 
 

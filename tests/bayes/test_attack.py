@@ -60,19 +60,43 @@ def test_true_data_is_a_stationary_point_of_the_divergence(kidiq):
     assert abs(z_scores(1.0, 3.0)[1]) > 10  # mom_iq shifted: the location derivative is far from zero
 
 
-def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq):
-    """No optimiser can beat the oracle on the same draws; a working one reaches it (here to 0.1 %)."""
+@pytest.fixture(scope="module")
+def kidiq_result(kidiq):
     entry, posterior, _ = kidiq
     by_site = as_draws(posterior.draws)  # Stan names → sites
     idata = arviz.from_dict(posterior={k: np.asarray(v)[None, :2000] for k, v in by_site.items()})
-    result = br.reconstruct(entry.model, idata, free=list(entry.free), support=entry.support, n_points=10,
-                            seed=0, config=br.ReconConfig(restarts=1))  # fmt: skip
+    return br.reconstruct(entry.model, idata, free=list(entry.free), support=entry.support, n_points=10,
+                          seed=0, config=br.ReconConfig(restarts=1))  # fmt: skip
+
+
+def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq, kidiq_result):
+    """No optimiser can beat the oracle on the same draws; a working one reaches it (here to 0.1 %)."""
+    entry, result = kidiq[0], kidiq_result
     x, y = entry.linear.design(dict(result.measure.points))
     estimate = result.measure.linear_model_statistics(x, y)
     oracle = oracle_for(result, entry.linear).statistics
     assert max(br.linear_model_errors(estimate, oracle).values()) < 1e-3
     assert result.measure.total_mass() == pytest.approx(float(oracle["N"]), rel=1e-3)
     assert np.isfinite(result.history["objective"]).all() and result.history["steps_taken"].shape == (1, 4)
+
+
+def test_standard_errors_match_the_oracle_refitted_on_resampled_draws(kidiq, kidiq_result):
+    """Two ways to the same quantity: the sandwich at the attack's optimum, and the spread of the exact
+    optimum (the oracle, a closed form) over 300 bootstrap resamples of the draws (whose own spread is
+    known to about 4 %)."""
+    entry, result = kidiq[0], kidiq_result
+
+    def sums(points, weights):  # N, Σ y, Σ y·x
+        y, x = points["kid_score"], points["mom_iq"]
+        return jnp.stack([weights.sum(), weights @ y, weights @ (x * y)])
+
+    _, covariance = result.statistic_covariance(sums)
+    sandwich = np.sqrt(np.diag(covariance))
+    boots = oracle_for(result, entry.linear, n_bootstrap=300).bootstrap
+    spread = np.stack([np.r_[b["N"], np.ravel(b["Xty"])] for b in boots]).std(axis=0, ddof=1)
+    np.testing.assert_allclose(sandwich, spread, rtol=0.2)
+    relative = result.standard_errors
+    assert relative["total_mass"] == pytest.approx(sandwich[0] / result.measure.total_mass(), rel=1e-6)
 
 
 def test_binary_columns_stratify_the_pseudo_data():

@@ -92,7 +92,8 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
     recon = SimpleNamespace(
         measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
         config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
-        bootstrap_spread=lambda: None, unseen_mass=0.0, converged=lambda: True,
+        bootstrap_spread=lambda: None, standard_errors={"total_mass": 0.01}, unseen_mass=0.0,
+        converged=lambda: True,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
     rows = attack.rows()
@@ -179,31 +180,35 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
     assert "only loosely" in loose
 
 
-def test_bootstrap_replicates_that_move_a_statistic_say_the_release_does_not_determine_it():
-    class Resampled:  # what describe_bootstrap reads from a Reconstruction
+def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine_the_statistic():
+    class Result:  # what describe_determined and describe_bootstrap read from a Reconstruction
         measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
 
-        def __init__(self, spread: dict[str, float] | None, unseen_mass: float = 0.0) -> None:
-            self.spread, self.bootstrap = spread, {"objective": np.array([-2.0, -2.1])}
-            self.unseen_mass = unseen_mass
+        def __init__(self, errors: dict[str, float], unseen_mass: float = 0.0) -> None:
+            self.standard_errors, self.unseen_mass = errors, unseen_mass
+            self.bootstrap = {"objective": np.array([-2.0, -2.1])}
 
-        def bootstrap_spread(self) -> dict[str, float] | None:
-            return self.spread
+        def bootstrap_spread(self) -> dict[str, float]:
+            return self.standard_errors
 
     tight = {"total_mass": 0.03, "mean[0]": 0.05, "sd[0]": 0.02, "mean[2]": 0.01, "cov[0,2]": 0.1}
-    said = cli.describe_bootstrap(Resampled(tight))
+    said = cli.describe_determined(Result(tight))
     assert (
-        "2 resamples of the draws moves N by 3\u00a0%, the means by at most 0.05 sd, the sds by at most "
+        "by about one standard error: N by 3\u00a0%, the means by at most 0.05 sd, the sds by at most "
         "2\u00a0%, the covariances by at most 0.1 (in correlation)" in said
     )
     assert "determines them about that tightly" in said
-    loose = cli.describe_bootstrap(Resampled({**tight, "total_mass": 1.6, "mean[2]": 3.9, "cov[0,2]": 0.4}))
-    assert "moves N by 160\u00a0%, the mean of y by 3.9 sd, the covariance of X[0] and y by 0.4 (in " in loose
+    # Two standard errors of a quarter (0.125 each) are where the release stops determining a statistic.
+    edge = cli.describe_determined(Result({**tight, "mean[0]": 0.125}))
+    assert "the mean of X[0] by 0.12 sd: the release does NOT determine these" in edge
+    loose = cli.describe_determined(Result({**tight, "total_mass": 1.6, "mean[2]": 3.9, "cov[0,2]": 0.4}))
+    assert "N by 160\u00a0%, the mean of y by 3.9 sd, the covariance of X[0] and y by 0.4 (in " in loose
     assert "correlation): the release does NOT determine these" in loose
-    assert "did not finish" in cli.describe_bootstrap(Resampled({"total_mass": float("inf")}))
-    assert "not run" in cli.describe_bootstrap(Resampled(None))
+    assert "not finite" in cli.describe_determined(Result({"total_mass": float("inf")}))
     assert "N is NOT" not in said
-    unseen = cli.describe_bootstrap(Resampled(tight, unseen_mass=0.8))  # mass the release cannot see
+    unseen = cli.describe_determined(Result(tight, unseen_mass=0.8))  # mass the release cannot see
     assert unseen.startswith(
-        "N is NOT determined: 80 % of the recovered mass sits where the likelihood barely changes"
+        "N is NOT determined: 80\u00a0% of the recovered mass sits where the likelihood barely changes"
     )
+    assert cli.describe_bootstrap(Result(tight)).startswith("the attack run again on 2 resamples")
+    assert "did not finish" in cli.describe_bootstrap(Result({"total_mass": float("inf")}))

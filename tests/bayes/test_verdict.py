@@ -171,17 +171,16 @@ def test_quantities_measure_the_moments_they_name():
     assert quantities(statistics[:-1], rows[:-1], truth, moved)[3].kind == "statistic"
 
 
-def test_a_bootstrap_that_moves_the_statistics_says_the_release_does_not_determine_them():
-    sure = dict(headline(dataclasses.replace(kidiq_like(0.012), bootstrap_spread=0.03)).points)
+def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine_the_statistics():
+    sure = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=0.03)).points)
     assert (
-        "move by up to 3\u00a0% (means in sd, covariances in correlation): the release determines them about "
-        "that tightly" in (sure["How sure the audit is"][2])
+        "by up to 3\u00a0% (one standard error; means in sd, covariances in correlation): the release "
+        "determines them about that tightly" in (sure["How sure the audit is"][2])
     )
-    # The CLI's line and the verdict share one threshold (25 %), below the verdict's own 50 % for "partly".
-    above = dict(headline(dataclasses.replace(kidiq_like(0.012), bootstrap_spread=0.3)).points)
+    # The CLI's line and the verdict share one threshold (two standard errors of 25 %), below the
+    # verdict's own 50 % for "partly".
+    above = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=0.13)).points)
     assert "the release does not determine them all" in above["How sure the audit is"][2]
-    loose = dict(headline(dataclasses.replace(kidiq_like(0.012), bootstrap_spread=1.6)).points)
-    assert "move by up to 160\u00a0%" in loose["How sure the audit is"][2]
+    loose = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=1.6)).points)
+    assert "by up to 160\u00a0%" in loose["How sure the audit is"][2]
     assert "the release does not determine them all" in loose["How sure the audit is"][2]
-    unrun = dict(headline(kidiq_like(0.012)).points)["How sure the audit is"][2]
-    assert unrun.startswith("No bootstrap of the draws was run")

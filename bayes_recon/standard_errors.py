@@ -1,0 +1,154 @@
+"""How tightly the release's draws determine each recovered statistic: Monte Carlo standard errors.
+
+The attack's measure φ̂ (its points' unconstrained coordinates and log-weights; discrete values held)
+minimises J(φ) = mean_s ℓ(φ, θ_s) + penalty(φ), the score-matching terms over the S draws. Other draws
+of the same posterior would move that minimum by about Cov(φ̂) = H⁻¹ V H⁻¹, the sandwich covariance
+of an M-estimator: H the Hessian of J, V = Cov_s ∇_φ ℓ(φ, θ_s) / S. A statistic t(φ) of the measure
+then has standard error √(∇t · Cov(φ̂) · ∇t) (the delta method), from the draws alone, no refits.
+
+Why not a bootstrap of the attack: a refit started near φ̂ barely moves along the directions the
+objective leaves nearly flat, and those are what the draws do not determine. A logistic regression
+(N = 100, one covariate, 1,000 draws) recovered Σ y·x 14 % low while two bootstrap refits moved it by
+under 6 %; on 5,000 draws of the same posterior the attack ended 71 % high. The sandwich put its
+standard error at 11 % of the truth on the 1,000 draws: an honest ± where the refits' was not.
+
+H is inverted on |eigenvalue| + FLAT × the largest, not truncated: a nearly flat direction with noise
+in it gets a huge variance (what moves along it is not determined), while the measure's symmetries (a
+weight moved between coincident points, a weightless point moved) carry no noise and add nothing. A
+negative eigenvalue (a direction the optimum did not settle in) counts by its size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bayes_recon.pseudo import Layout
+
+Array = jax.Array
+Data = Mapping[str, Array]
+
+FLAT = 1e-9  # of H's largest |eigenvalue|, added to every |eigenvalue| before inverting
+TINY_WEIGHT = 1e-300  # log-weights of weights that underflowed to 0
+# Input directions pushed through the objective at once: each carries a tangent as large as the
+# objective's own intermediates, about draws × points × d² numbers. The logistic regression above at
+# M = 50 (200 directions, 1,000 draws, d = 2) peaked at 10 GB all at once.
+CHUNK_BUDGET = 10_000_000  # draws × points × d² × directions
+
+
+class Sandwich(NamedTuple):
+    """The sandwich at a measure: its parameters φ, the map back to (points, weights), the inverse
+    of the regularised Hessian and the covariance of the mean of the per-draw gradients."""
+
+    phi: Array
+    unpack: Callable[[Array], tuple[dict[str, Array], Array]]
+    inverse_hessian: np.ndarray  # (P, P)
+    noise: np.ndarray  # (P, P): V / S
+
+
+def build_sandwich(
+    terms: Callable[[Data, Array], Array],
+    penalty: Callable[[Data], Array],
+    layout: Layout,
+    points: Data,
+    weights: Array,
+    dim: int,
+) -> Sandwich:
+    """The sandwich at the measure (``points``, ``weights``). ``terms(data, weights)``: the objective's
+    per-draw terms (S,) on draws of ``dim`` parameters; ``penalty(data)`` the part the draws share."""
+    phi, unpack = _parameters(layout, points, weights)
+    n_draws = jax.eval_shape(lambda p: terms(*unpack(p)), phi).shape[0]
+
+    def objective(p: Array) -> Array:
+        data, w = unpack(p)
+        return jnp.mean(terms(data, w)) + penalty(data)
+
+    chunk = max(1, CHUNK_BUDGET // (n_draws * len(weights) * dim**2))
+    gradients = _jacobian(lambda p: terms(*unpack(p)), phi, chunk)  # (S, P)
+    hessian = _jacobian(jax.grad(objective), phi, chunk)  # (P, P)
+    eigenvalues, vectors = np.linalg.eigh((hessian + hessian.T) / 2)
+    magnitude = np.abs(eigenvalues)
+    inverse = (vectors / (magnitude + FLAT * max(magnitude.max(), TINY_WEIGHT))) @ vectors.T
+    noise = np.cov(gradients.T).reshape(len(phi), len(phi)) / n_draws
+    return Sandwich(phi, unpack, inverse, noise)
+
+
+def statistic_covariance(
+    sandwich: Sandwich, statistic: Callable[[Data, Array], Array]
+) -> tuple[np.ndarray, np.ndarray]:
+    """A differentiable statistic of the measure, ``statistic(points, weights)`` (K,), at the sandwich's
+    measure, and its Monte Carlo covariance (K, K) by the delta method."""
+    value, jacobian = jax.jit(
+        lambda p: (statistic(*sandwich.unpack(p)), jax.jacfwd(lambda q: statistic(*sandwich.unpack(q)))(p))
+    )(sandwich.phi)
+    jacobian = np.asarray(jacobian).reshape(-1, len(sandwich.phi))
+    inverse = sandwich.inverse_hessian
+    return np.asarray(value), jacobian @ inverse @ sandwich.noise @ inverse @ jacobian.T
+
+
+def moment_errors(sandwich: Sandwich, points: Data) -> dict[str, float]:
+    """Standard errors of N and of every free coordinate's mean, sd and pairwise covariance, in the
+    units of :func:`bayes_recon.reconstruct.statistics_spread` (the keys too): N's over N, a mean's and
+    an sd's over that sd, a covariance's over the product of the two sds; unchanged by units and origins."""
+    names = list(points)  # the measure's column order, as statistics_spread sees it
+    value, covariance = statistic_covariance(sandwich, moments_of(names))
+    errors = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+    width = sum(int(np.prod(np.shape(points[n])[1:], dtype=int)) for n in names)
+    sd = np.maximum(value[1 + width : 1 + 2 * width], TINY_WEIGHT)
+    out = {"total_mass": float(errors[0] / max(abs(value[0]), TINY_WEIGHT))}
+    for i in range(width):
+        out[f"mean[{i}]"] = float(errors[1 + i] / sd[i])
+        out[f"sd[{i}]"] = float(errors[1 + width + i] / sd[i])
+    for k, (i, j) in enumerate(itertools.combinations(range(width), 2)):
+        out[f"cov[{i},{j}]"] = float(errors[1 + 2 * width + k] / (sd[i] * sd[j]))
+    return out
+
+
+def moments_of(names: list[str]) -> Callable[[Data, Array], Array]:
+    """The statistic (N, the weighted means, sds, then covariances of every two coordinates), the
+    coordinates being the named columns flattened per point (``WeightedMeasure.matrix``'s order)."""
+
+    def moments(data: Data, weights: Array) -> Array:
+        n_points = weights.shape[0]
+        values = jnp.concatenate(
+            [jnp.reshape(data[n], (n_points, -1)).astype(weights.dtype) for n in names], 1
+        )
+        mass = jnp.sum(weights)
+        mean = weights @ values / mass
+        centred = values - mean
+        cov = (centred.T * weights) @ centred / mass
+        upper = jnp.triu_indices(values.shape[1], k=1)
+        return jnp.concatenate([mass[None], mean, jnp.sqrt(jnp.diagonal(cov)), cov[upper]])
+
+    return moments
+
+
+def _parameters(layout: Layout, points: Data, weights: Array) -> tuple[Array, Callable[[Array], tuple]]:
+    """φ (unconstrained continuous coordinates, then log-weights) and the map back to (points, weights)."""
+    n_points = weights.shape[0]
+    continuous = layout.unconstrain(points)
+    discrete = [jnp.reshape(points[n], (n_points, -1)).astype(float) for n in layout.widths(True)]
+    bits = jnp.concatenate(discrete, axis=1) if discrete else jnp.zeros((n_points, 0))
+    size = continuous.size
+
+    def unpack(phi: Array) -> tuple[dict[str, Array], Array]:
+        return layout.assemble(phi[:size].reshape(continuous.shape), bits), jnp.exp(phi[size:])
+
+    phi = jnp.concatenate([continuous.ravel(), jnp.log(jnp.maximum(weights, TINY_WEIGHT))])
+    return phi, unpack
+
+
+def _jacobian(fn: Callable[[Array], Array], x: Array, chunk: int) -> np.ndarray:
+    """∂fn/∂x (outputs, inputs) by forward mode, ``chunk`` input directions at a time (one compiled
+    program: the last block is padded)."""
+    push = jax.jit(jax.vmap(lambda v: jax.jvp(fn, (x,), (v,))[1]))
+    size = x.shape[0]
+    chunk = min(chunk, size)
+    basis = np.eye(size, -(-size // chunk) * chunk, dtype=x.dtype).T  # (padded inputs, inputs)
+    columns = np.concatenate([np.asarray(push(basis[i : i + chunk])) for i in range(0, len(basis), chunk)])
+    return columns[:size].reshape(size, -1).T
