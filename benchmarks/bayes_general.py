@@ -21,13 +21,15 @@ the draws for every M (points per stratum) and seed and reports:
   (what the draws allow, beside the 5 % bar below);
 * the recovered N (Σ w) against the true N; for the canonical-link GLMs (normal, Bernoulli-logit,
   binomial, Poisson), whose likelihood sees the responses through Σ y and Σ y·x_j, those sums'
-  relative errors, bar: all within 5 %, with their range over the result and the bootstrap replicates
-  (over the truth's value: how tightly the draws pin them down); for every family the covariates'
-  weighted mean (its shift in true sd) and sd (its ratio to the true sd), reported without a bar;
-* the bootstrap (``ReconConfig.bootstrap`` rounds on resampled draws): every replicate's mass and the
-  spread of N and of the columns' moments (``r.bootstrap_spread()``; above 0.25 the CLI says the
-  release does not determine that statistic), and the unseen mass (``r.unseen_mass``: the share of
-  the mass on pseudo-points the release barely sees; from 0.05 the CLI says N is not determined);
+  relative errors, bar: all within 5 %, with their Monte Carlo standard errors (over the truth's
+  value: how tightly the draws pin them down); for every family the covariates' weighted mean (its
+  shift in true sd) and sd (its ratio to the true sd), reported without a bar;
+* the standard errors (``r.standard_errors``, ``r.statistic_covariance``: the sandwich at the
+  attack's optimum, from the draws alone) of N, the covariates' means and the sums Σ y, Σ y·x_j, and
+  each error against the truth in those units (z); the table counts the |z| ≤ 2 (an error its
+  standard error covers; about 95 % of them if the standard errors are right); the unseen mass
+  (``r.unseen_mass``: the share of the mass on pseudo-points the release barely sees; from 0.2 the CLI
+  says N is not determined);
 * the self-check's verdict (``r.self_check``: NUTS on the recovered pseudo-data against the draws), and
   whether the last stage converged before its step cap (``r.converged()``; ``--steps`` raises the cap).
 
@@ -361,15 +363,36 @@ def sufficient_sums(points: Mapping[str, Any], weights: np.ndarray) -> np.ndarra
     return np.concatenate([[weights @ y], x.T @ (weights * y)])
 
 
-def sufficient_spread(result: br.Reconstruction, truth: np.ndarray) -> np.ndarray:
-    """How far apart the result's and the bootstrap replicates' Σ y and Σ y·x_j are, over the truth's: how
-    tightly the draws pin them down, beside the error against the truth."""
-    replicates = result.bootstrap
-    sums = [sufficient_sums(result.measure.points, result.measure.weights)] + [
-        sufficient_sums({k: replicates[f"points/{k}"][b] for k in ("X", "y")}, replicates["weights"][b])
-        for b in range(len(replicates["objective"]))
-    ]
-    return np.ptp(np.stack(sums), axis=0) / np.abs(truth)
+def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dict[str, Any]:
+    """The Monte Carlo standard errors of the recovered statistics (``Reconstruction.standard_errors``,
+    ``statistic_covariance`` for Σ y and Σ y·x_j) and each error in their units (z): a z within ±2 is an
+    error the reported standard error covers."""
+    errors = result.standard_errors
+    n_x = len(recovered["x_mean"])
+    mass_se = errors["total_mass"] * recovered["mass"]
+    mean_se = np.array([errors[f"mean[{i}]"] for i in range(n_x)]) * recovered["x_sd"]  # X comes first
+    z = {
+        "N": (recovered["mass"] - recovered["N"]) / mass_se,
+        **{
+            f"x_mean[{i}]": (recovered["x_mean"][i] - recovered["x_mean_true"][i]) / mean_se[i]
+            for i in range(n_x)
+        },
+    }
+    out: dict[str, Any] = {"standard_errors": errors, "mass_se": mass_se, "x_mean_se": mean_se}
+    if "sufficient_true" in recovered:
+
+        def sums(points: Mapping[str, jax.Array], weights: jax.Array) -> jax.Array:
+            y = points["y"].astype(weights.dtype)
+            x = jnp.reshape(points["X"], (len(weights), -1))
+            return jnp.concatenate([(weights @ y)[None], x.T @ (weights * y)])
+
+        _, covariance = result.statistic_covariance(sums)
+        se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+        truth = recovered["sufficient_true"]
+        out["sufficient_se"] = se / np.abs(truth)  # relative to the truth, as the errors
+        for j, (estimate, true, error) in enumerate(zip(recovered["sufficient"], truth, se, strict=True)):
+            z["Σy" if j == 0 else f"Σy·x{j}"] = (estimate - true) / error
+    return out | {"z": {k: float(v) for k, v in z.items()}}
 
 
 def _regression_design(columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -411,8 +434,10 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
     result = br.reconstruct(data.model, data.draws, free=data.free, n_points=m, seed=seed, config=config)
     peak = peak_rss_mb()
     recovered = recovered_statistics(data, result.measure)
-    if "sufficient_true" in recovered:
-        recovered["sufficient_spread"] = sufficient_spread(result, recovered["sufficient_true"])
+    started = time.perf_counter()
+    recovered |= standard_errors(result, recovered) | {
+        "standard_errors_seconds": time.perf_counter() - started
+    }
     if family == "normal":
         recovered |= oracle_statistics(result, data)
     started = time.perf_counter()
@@ -425,7 +450,7 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
         **truth_bar(result, {"X": data.X, "y": data.y}),
         **recovered,
         "converged": result.converged(),
-        "bootstrap_mass": result.bootstrap["weights"].sum(axis=1),
+        "bootstrap_mass": result.bootstrap["weights"].sum(axis=1) if "weights" in result.bootstrap else [],
         "bootstrap_spread": result.bootstrap_spread(),
         "unseen_mass": result.unseen_mass,
         "self_check": check.to_json(),
@@ -452,8 +477,8 @@ def run_line(run: dict) -> str:
     if "error" in run:
         return head + "ERROR " + run["error"].splitlines()[0]
     sufficient = (
-        f"Σy,Σyx max {100 * max(run['sufficient_error']):6.2f} % (bootstrap range "
-        f"{100 * max(run['sufficient_spread']):.2f} %)  "
+        f"Σy,Σyx max {100 * max(run['sufficient_error']):6.2f} % (se "
+        f"{100 * max(run['sufficient_se']):.2f} %)  "
         if "sufficient_error" in run
         else ""
     )
@@ -468,9 +493,15 @@ def run_line(run: dict) -> str:
         f"x mean shift {np.max(np.abs(run['x_mean_shift'])):.3f} sd, sd ratio "
         f"{np.min(run['x_sd_ratio']):.3f}-{np.max(run['x_sd_ratio']):.3f}  self-check "
         f"{'reproduces' if run['self_check']['reproduces'] else 'does NOT reproduce'}  "
+        f"N se {100 * run['standard_errors']['total_mass']:.1f} %, z {z_words(run)}  "
+        f"unseen mass {run['unseen_mass']:.2f}  "
         f"{bootstrap_words(run)}{run['seconds']:.1f} s  {run['peak_rss_mb']:.0f} MB"
         f"{'  last stage stopped at its step cap' if run.get('converged') is False else ''}"
     )
+
+
+def z_words(run: dict) -> str:
+    return ", ".join(f"{k} {v:+.1f}" for k, v in run["z"].items())
 
 
 def bootstrap_words(run: dict) -> str:
@@ -480,7 +511,7 @@ def bootstrap_words(run: dict) -> str:
         return ""
     masses = ", ".join(f"{m:.1f}" for m in run["bootstrap_mass"])
     largest = max(run["bootstrap_spread"].values())
-    return f"bootstrap mass {masses}, largest spread {largest:.2f}, unseen mass {run['unseen_mass']:.2f}  "
+    return f"bootstrap mass {masses}, largest spread {largest:.2f}  "
 
 
 def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
@@ -492,7 +523,7 @@ def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
 TABLE_HEADER = (
     f"{'family':<17}{'N':>6}{'k':>3}{'M':>4}{'pts':>5}  {'mass':<24}{'ΔJ / tol':>10}{'truth':>7}"
     f"  {'Σy,Σyx max err %':<22}{'|x mean shift| sd':<21}{'x sd ratio (worst)':<21}{'self':>5}"
-    f"  {'boot spread (N; largest)':<26}{'time s':<22}{'peak MB':>8}"
+    f"  {'se % N; |z|≤2':<16}{'time s':<22}{'peak MB':>8}"
 )
 
 
@@ -507,19 +538,16 @@ def table_row(runs: list[dict]) -> str:
         spread([max(r["sufficient_error"]) for r in ok], 100, 2) if "sufficient_error" in ok[0] else "—"
     )
     errors = f"  ({len(runs) - len(ok)} failed)" if len(ok) < len(runs) else ""
-    booted = [r["bootstrap_spread"] for r in ok if r.get("bootstrap_spread")]
-    boot = (
-        f"{np.mean([b['total_mass'] for b in booted]):.2f}; {max(max(b.values()) for b in booted):.2f}"
-        if booted
-        else "—"
-    )
+    covered = [abs(v) <= 2 for r in ok for v in r["z"].values()]
+    mass_se = np.mean([r["standard_errors"]["total_mass"] for r in ok])
+    se = f"{100 * mass_se:.1f}; {sum(covered)}/{len(covered)}"
     return (
         f"{head}{ok[0]['points']:>5}  {spread([r['mass'] for r in ok]):<24}"
         f"{np.mean([(r['objective'] - r['objective_truth']) / r['tolerance'] for r in ok]):>10.2f}"
         f"{sum(r['truth_bar'] for r in ok):>5}/{len(runs)}  {sufficient:<22}"
         f"{spread([np.max(np.abs(r['x_mean_shift'])) for r in ok], digits=3):<21}"
         f"{spread(ratio, digits=3):<21}{sum(r['self_check']['reproduces'] for r in ok):>3}/{len(runs)}"
-        f"  {boot:<26}{spread([r['seconds'] for r in ok]):<22}"
+        f"  {se:<16}{spread([r['seconds'] for r in ok]):<22}"
         f"{max(r['peak_rss_mb'] for r in ok):>8.0f}{errors}"
     )
 
