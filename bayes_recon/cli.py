@@ -217,7 +217,7 @@ ROUNDS_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} rounds done (restarts, then any 
 class _Progress:
     """The attack's ``progress(done, total)``, drawn on stderr: until the attack is compiled the
     display says "compiling" with the time elapsed (JAX traces and compiles it first), then a bar of
-    rounds done (the restarts', then the bootstrap's) with the time elapsed, kept ticking while a
+    rounds done (the restarts', then any bootstrap resamples') with the time elapsed, kept ticking while a
     round runs; between attacks (an audit runs several) it says so again."""
 
     def __init__(self, desc: str) -> None:
@@ -538,14 +538,16 @@ def _spread_words(recon: Any, spread: dict[str, float]) -> str:
     ]
 
     def named(key: str, value: float) -> str:
+        unbounded = "an unbounded amount"  # a standard error that is not finite
         if key == "total_mass":
-            return f"N by {percent(value)}"
+            return f"N by {percent(value) if math.isfinite(value) else unbounded}"
         statistic, index = key.rstrip("]").split("[")
         if statistic == "cov":
             first, second = (labels[int(i)] for i in index.split(","))
-            return f"the covariance of {first} and {second} by {number(value)} (in correlation)"
+            size = f"{number(value)} (in correlation)" if math.isfinite(value) else unbounded
+            return f"the covariance of {first} and {second} by {size}"
         size = f"{number(value)} sd" if statistic == "mean" else percent(value)
-        return f"the {statistic} of {labels[int(index)]} by {size}"
+        return f"the {statistic} of {labels[int(index)]} by {size if math.isfinite(value) else unbounded}"
 
     return ", ".join(named(k, v) for k, v in spread.items())
 
@@ -601,9 +603,7 @@ def describe_determined(recon: Any) -> str:
     )
     errors = recon.standard_errors
     runs = "other draws of the same posterior would move the result by about one standard error: "
-    if not all(map(math.isfinite, errors.values())):
-        return f"{unseen}the standard errors are not finite (the objective is not finite near the result)."
-    loose = {k: v for k, v in errors.items() if 2 * v >= DETERMINED_WITHIN}
+    loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN}
     if not loose:
         return f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."
     return (

@@ -265,7 +265,7 @@ class Reconstruction:
         objective``), so the true data's value and its Monte Carlo error come from the same draws and
         slices."""
         data = {k: jnp.asarray(v) for k, v in points.items()}
-        terms, penalty = self._objective_parts(data)
+        terms, penalty, _ = self._objective_parts()
         return np.asarray(jax.jit(terms)(data, jnp.asarray(weights)) + penalty(data))
 
     @cached_property
@@ -287,14 +287,14 @@ class Reconstruction:
     def _sandwich(self) -> Sandwich:
         points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
         weights = jnp.asarray(self.measure.weights)
-        terms, penalty = self._objective_parts(points)
-        return build_sandwich(terms, penalty, self.setup.layout, points, weights, self.setup.draws.shape[1])
+        terms, penalty, size = self._objective_parts()
+        return build_sandwich(terms, penalty, self.setup.layout, points, weights, size)
 
     def _objective_parts(
-        self, near: Mapping[str, Array]
-    ) -> tuple[Callable[[Mapping[str, Array], Array], Array], Callable[[Mapping[str, Array]], Array]]:
-        """The objective as (its per-draw terms at a measure, the information penalty at its points),
-        on the attack's draws and slices, kinks smoothed with the bandwidths at the points ``near``."""
+        self,
+    ) -> tuple[Callable[[Mapping[str, Array], Array], Array], Callable[[Mapping[str, Array]], Array], int]:
+        """The objective as the attack computes it, on its draws and slices: (its per-draw terms at a
+        measure, the information penalty at its points, the numbers one term holds per pseudo-point)."""
         setup, metadata = self.setup, self.measure.meta
         n_draws, dim = setup.draws.shape
         estimator = metadata["estimator"]
@@ -305,22 +305,21 @@ class Reconstruction:
                 jax.random.PRNGKey(metadata["seed"] + 1), n_draws, self.config.n_slices, dim
             )
         )
-        bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, near, setup.draws)
-        n_points = len(next(iter(near.values())))
-        at_once = max(
-            1, GRADIENT_BUDGET // (n_points * dim * value_size(estimator, dim, self.config.n_slices))
-        )
+        size = dim * value_size(estimator, dim, self.config.n_slices)
 
         def terms(data: Mapping[str, Array], weights: Array) -> Array:
+            bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, data, setup.draws)
             log_q = setup.coordinates.pull_back(
                 lambda th: setup.weighted_model.log_density(th, data, weights, bandwidths)
             )
+            at_once = max(1, GRADIENT_BUDGET // (len(weights) * size))
             return score_matching_terms(log_q, setup.draws, slices, estimator, at_once)
 
         def penalty(data: Mapping[str, Array]) -> Array:
+            bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, data, setup.draws)
             return information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data, bandwidths)
 
-        return terms, penalty
+        return terms, penalty, size
 
 
 @float64

@@ -17,6 +17,7 @@ with its scale-free error. Each is judged by the audit's thresholds (recovered /
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -83,10 +84,10 @@ class Findings:
     restarts: int
     restarts_agreeing: int
     restart_spread: float
+    standard_error: float  # the largest over N and the columns' moments (statistics_spread's units)
     smaller: tuple[SmallerRelease, ...]
     noisy: tuple[NoisyRelease, ...] | None
     file_leaks: tuple[Mapping[str, Any], ...] = ()
-    standard_error: float = 0.0  # the largest over N and the columns' moments (statistics_spread's units)
 
     def verdict(self, error: float) -> Verdict:
         if error < self.recovered_below:
@@ -329,10 +330,15 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             if found.restarts == 1
             else f"Only one of {found.restarts} restarts reached the best objective"
         ) + ", so there is no spread between restarts to compare (more with --restarts)."
-    resampled = (
-        "Other draws of the same posterior would move the attack's N and columns' means, sds and covariances "
+    size = (
         f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "
         "correlation)"
+        if math.isfinite(found.standard_error)
+        else "by an unbounded amount (a standard error that is not finite)"
+    )
+    determined = (
+        "Other draws of the same posterior would move the attack's N and columns' means, sds and "
+        f"covariances {size}"
         + (
             ": the release determines them about that tightly."
             if 2 * found.standard_error < DETERMINED_WITHIN
@@ -340,7 +346,7 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             "cannot tell from the truth."
         )
     )
-    return check, spread, resampled
+    return check, spread, determined
 
 
 def _advice(found: Findings, leaked: list[Quantity]) -> tuple[str, ...]:

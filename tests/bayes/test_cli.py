@@ -204,7 +204,8 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     loose = cli.describe_determined(Result({**tight, "total_mass": 1.6, "mean[2]": 3.9, "cov[0,2]": 0.4}))
     assert "N by 160\u00a0%, the mean of y by 3.9 sd, the covariance of X[0] and y by 0.4 (in " in loose
     assert "correlation): the release does NOT determine these" in loose
-    assert "not finite" in cli.describe_determined(Result({"total_mass": float("inf")}))
+    unbounded = cli.describe_determined(Result({**tight, "total_mass": float("inf")}))
+    assert "one standard error: N by an unbounded amount: the release does NOT determine these" in unbounded
     assert "N is NOT" not in said
     unseen = cli.describe_determined(Result(tight, unseen_mass=0.8))  # mass the release cannot see
     assert unseen.startswith(

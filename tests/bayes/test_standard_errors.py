@@ -2,52 +2,104 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from bayes_recon import pseudo
 from bayes_recon.precision import float64
-from bayes_recon.standard_errors import build_sandwich, moment_errors, statistic_covariance
+from bayes_recon.standard_errors import build_sandwich, effective_size, moment_errors, statistic_covariance
 
 LAYOUT = pseudo.Layout({"x": ()}, {})
-THETA = 0.3 + 2.0 * jax.random.normal(jax.random.PRNGKey(0), (4000,), dtype=jnp.float64)
+SUM = 0.5  # the objective is scaled so that Σ w x is the draws' mean times this: a unit check
 
 
-def _sandwich(noisy_flat_direction: float):
-    """ℓ_s = (Σ w x − θ_s)² + Σ (w_j − 1)² + c (x_0 − x_1)(θ_s − θ̄) over two points: the optimum has
-    Σ w x = θ̄ and w = 1, so Σ w x has standard error sd(θ)/√S. Moving x_0 − x_1 leaves the mean flat:
-    without noise along it (c = 0) a symmetry, with noise (c ≠ 0) a direction the draws do not determine."""
-    centred = THETA - THETA.mean()
+def _ar1(n: int, rho: float, seed: int) -> np.ndarray:
+    """A stationary AR(1) sequence of unit variance: its mean's variance is (1 + ρ)/(1 - ρ) / n."""
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(size=n) * np.sqrt(1 - rho**2)
+    out = np.empty(n)
+    out[0] = rng.normal()
+    for i in range(1, n):
+        out[i] = rho * out[i - 1] + noise[i]
+    return out
 
-    def terms(data, weights):
-        x = data["x"]
-        fit = (weights @ x - THETA) ** 2 + jnp.sum((weights - 1.0) ** 2)
-        return fit + noisy_flat_direction * (x[0] - x[1]) * centred
 
-    points = {"x": jnp.array([THETA.mean() / 2 + 1.0, THETA.mean() / 2 - 1.0])}
-    return build_sandwich(terms, lambda data: 0.0, LAYOUT, points, jnp.ones(2), dim=1), points
+def _sandwich(theta: np.ndarray, noisy_flat_direction: float = 0.0):
+    """ℓ_s = (Σ w x − c θ_s)² / c² + Σ (w_j − 1)² + a (x_0 − x_1)(θ_s − θ̄) over two points: the optimum has
+    Σ w x = c θ̄ and w = 1, so Σ w x has c × the standard error of the draws' mean. Moving x_0 − x_1
+    leaves the mean flat: without noise along it (a = 0) a symmetry, with noise (a ≠ 0) a direction
+    the draws do not determine."""
+    terms = _terms_of(theta, noisy_flat_direction)
+    middle = SUM * float(np.mean(theta)) / 2
+    points = {"x": jnp.array([middle + 1.0, middle - 1.0])}
+    return build_sandwich(terms, lambda data: 0.0, LAYOUT, points, jnp.ones(2), size=1), points
 
 
 @float64
 def test_the_sandwich_gives_the_standard_error_of_a_mean_and_a_symmetry_adds_nothing():
-    sandwich, points = _sandwich(0.0)
+    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
+    sandwich, points = _sandwich(theta)
     value, covariance = statistic_covariance(sandwich, lambda data, w: jnp.stack([w @ data["x"], w.sum()]))
-    assert value[0] == pytest.approx(float(THETA.mean()), rel=1e-12)
-    expected = float(np.std(np.asarray(THETA), ddof=1) / np.sqrt(len(THETA)))
-    assert np.sqrt(covariance[0, 0]) == pytest.approx(expected, rel=1e-6)
-    assert np.sqrt(covariance[1, 1]) < 1e-6 * expected  # N is pinned (no noise), so is its error
+    assert value[0] == pytest.approx(SUM * theta.mean(), rel=1e-12)
+    independent = SUM * np.std(theta, ddof=1) / np.sqrt(len(theta))
+    # Independent draws: the effective sample size is estimated (about S, at most S).
+    assert np.sqrt(covariance[0, 0]) == pytest.approx(independent, rel=0.1)
+    assert np.sqrt(covariance[0, 0]) >= independent * (1 - 1e-9)
+    assert np.sqrt(covariance[1, 1]) < 1e-6 * independent  # N is pinned (no noise), so is its error
     # The relative units of the moments: N's over N, the mean's over the measure's sd (here 1).
     errors = moment_errors(sandwich, points)
     assert set(errors) == {"total_mass", "mean[0]", "sd[0]"}
-    assert errors["mean[0]"] == pytest.approx(expected / 2, rel=1e-6)  # the mean is Σ w x / 2
+    assert errors["mean[0]"] == pytest.approx(np.sqrt(covariance[0, 0]) / 2, rel=1e-6)  # mean = Σ w x / 2
+
+
+@float64
+def test_autocorrelated_draws_count_for_their_effective_size():
+    rho = 0.8
+    theta = _ar1(20_000, rho, seed=1)
+    sandwich, _ = _sandwich(theta)
+    _, covariance = statistic_covariance(sandwich, lambda data, w: (w @ data["x"])[None])
+    exact = SUM * np.sqrt((1 + rho) / (1 - rho) / len(theta))  # 3 × the independent draws' error
+    assert np.sqrt(covariance[0, 0]) == pytest.approx(exact, rel=0.15)
+    sizes = effective_size(np.stack([theta, np.random.default_rng(2).normal(size=len(theta))], axis=1))
+    assert sizes[0] == pytest.approx(len(theta) * (1 - rho) / (1 + rho), rel=0.15)
+    assert sizes[1] > 0.9 * len(theta)
 
 
 @float64
 def test_a_flat_direction_with_noise_along_it_gets_an_error_beyond_any_use():
-    sandwich, _ = _sandwich(0.5)
+    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
+    sandwich, _ = _sandwich(theta, noisy_flat_direction=0.5)
     _, covariance = statistic_covariance(sandwich, lambda data, w: jnp.stack([data["x"][0], w @ data["x"]]))
-    expected = float(np.std(np.asarray(THETA), ddof=1) / np.sqrt(len(THETA)))
-    assert np.sqrt(covariance[0, 0]) > 1e6  # x_0 alone moves along the flat direction
-    assert np.sqrt(covariance[1, 1]) == pytest.approx(expected, rel=1e-6)  # Σ w x does not
+    independent = SUM * np.std(theta, ddof=1) / np.sqrt(len(theta))
+    assert np.sqrt(covariance[0, 0]) > 1e4  # x_0 alone moves along the flat direction (x is of size 1)
+    assert np.sqrt(covariance[1, 1]) == pytest.approx(independent, rel=0.1)  # Σ w x does not
+
+
+@float64
+def test_a_column_s_units_do_not_change_its_standard_error():
+    """The Hessian's regularisation is scale-free: a column in units 10⁶ times smaller (its values and
+    the objective's curvature in them rescaled) has the same relative errors."""
+    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
+    base, points = _sandwich(theta, noisy_flat_direction=0.5)
+    for factor in (1e-6, 1e6):
+
+        def terms(data, weights, factor=factor):
+            return _terms_of(theta, 0.5)({"x": data["x"] / factor}, weights)
+
+        scaled_points = {"x": points["x"] * factor}
+        scaled = build_sandwich(terms, lambda data: 0.0, LAYOUT, scaled_points, jnp.ones(2), size=1)
+        for key, value in moment_errors(base, points).items():
+            assert moment_errors(scaled, scaled_points)[key] == pytest.approx(value, rel=1e-6, abs=1e-8), key
+
+
+def _terms_of(theta: np.ndarray, noisy_flat_direction: float):
+    theta = jnp.asarray(theta)
+    centred = theta - theta.mean()
+
+    def terms(data, weights):
+        x = data["x"]
+        fit = (weights @ x - SUM * theta) ** 2 / SUM**2 + jnp.sum((weights - 1.0) ** 2)
+        return fit + noisy_flat_direction * (x[0] - x[1]) * centred
+
+    return terms

@@ -39,6 +39,7 @@ def kidiq_like(error: float) -> Findings:
         restarts=2,
         restarts_agreeing=2,
         restart_spread=1e-7,
+        standard_error=0.02,
         smaller=(SmallerRelease(100, 0, 6, 0.18),),
         noisy=(NoisyRelease(1.0, "laplace", 0.86, 0, 236.0), NoisyRelease(10.0, "laplace", 0.0092, 4, 9.4)),
     )
@@ -184,3 +185,6 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     loose = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=1.6)).points)
     assert "by up to 160\u00a0%" in loose["How sure the audit is"][2]
     assert "the release does not determine them all" in loose["How sure the audit is"][2]
+    unbounded = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=float("inf"))).points)
+    assert "by an unbounded amount" in unbounded["How sure the audit is"][2]
+    assert "the release does not determine them all" in unbounded["How sure the audit is"][2]
