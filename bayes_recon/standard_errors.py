@@ -112,7 +112,10 @@ def effective_size(values: np.ndarray) -> np.ndarray:
     import arviz
 
     n_draws = len(values)
-    sizes = [float(arviz.ess(np.asarray(column)[None], method="mean")) for column in np.asarray(values).T]
+    sizes = [  # a column that is not finite has no size to speak of (its variance says so already)
+        float(arviz.ess(column[None], method="mean")) if np.isfinite(column).all() else n_draws
+        for column in np.asarray(values).T
+    ]
     return np.clip(np.nan_to_num(np.asarray(sizes), nan=n_draws), 1.0, n_draws)
 
 

@@ -436,7 +436,8 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
     recovered = recovered_statistics(data, result.measure)
     started = time.perf_counter()
     recovered |= standard_errors(result, recovered) | {
-        "standard_errors_seconds": time.perf_counter() - started
+        "standard_errors_seconds": time.perf_counter() - started,
+        "peak_rss_after_errors_mb": peak_rss_mb(),
     }
     if family == "normal":
         recovered |= oracle_statistics(result, data)
@@ -620,10 +621,17 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         row |= truth_bar(result, {k: data[k] for k in entry.free})
         row["self_check"] = result.self_check.to_json()
         row["unseen_mass"] = result.unseen_mass
+        started = time.perf_counter()
+        row["standard_errors"] = result.standard_errors
+        row["standard_errors_seconds"] = time.perf_counter() - started
+        mass, n_true = result.measure.total_mass(), len(np.asarray(data[entry.free[0]]))
+        row["z_N"] = (mass - n_true) / (row["standard_errors"]["total_mass"] * mass)
         print(
             f"{'':<32}truth bar {'met' if row['truth_bar'] else 'NOT met'}: J_attack − J_truth = "
             f"{row['objective'] - row['objective_truth']:+.3e} (tol {row['tolerance']:.3e}); unseen mass "
-            f"{row['unseen_mass']:.2f}; d = {row['d']}; peak {row['peak_rss_mb']:.0f} MB; self-check: "
+            f"{row['unseen_mass']:.2f}; N se {100 * row['standard_errors']['total_mass']:.2f} %, z_N "
+            f"{row['z_N']:+.2f}, largest se {max(row['standard_errors'].values()):.3f}; d = {row['d']}; "
+            f"peak {row['peak_rss_mb']:.0f} MB; self-check: "
             f"{result.self_check.summary()}",
             flush=True,
         )
