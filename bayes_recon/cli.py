@@ -591,7 +591,8 @@ def describe_restarts(recon: Any) -> str:
 def describe_determined(recon: Any) -> str:
     """How tightly the release's draws determine N and the columns' moments (their Monte Carlo standard
     errors, :attr:`Reconstruction.standard_errors`), after whether N is left open by mass on pseudo-points
-    the release barely sees (:attr:`Reconstruction.unseen_mass`)."""
+    the release barely sees (:attr:`Reconstruction.unseen_mass`). A quantile regression stopped at its
+    step cap had standard errors of 5 % on a covariate's sd 30 % off; 600 steps on, 67 % on 27 %."""
     from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_LEAVES_N_OPEN, UNSEEN_TILT
 
     unseen = (
@@ -603,6 +604,10 @@ def describe_determined(recon: Any) -> str:
     )
     errors = recon.standard_errors
     runs = "other draws of the same posterior would move the result by about one standard error: "
+    if recon.converged() is False:  # the sandwich describes an optimum; short of it, it may say too little
+        runs = (
+            "the last stage stopped short of the optimum (see convergence), so these may understate: " + runs
+        )
     loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN}
     if not loose:
         return f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."

@@ -184,9 +184,12 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     class Result:  # what describe_determined and describe_bootstrap read from a Reconstruction
         measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
 
-        def __init__(self, errors: dict[str, float], unseen_mass: float = 0.0) -> None:
-            self.standard_errors, self.unseen_mass = errors, unseen_mass
+        def __init__(self, errors: dict[str, float], unseen_mass: float = 0.0, settled: bool = True) -> None:
+            self.standard_errors, self.unseen_mass, self.settled = errors, unseen_mass, settled
             self.bootstrap = {"objective": np.array([-2.0, -2.1])}
+
+        def converged(self) -> bool:
+            return self.settled
 
         def bootstrap_spread(self) -> dict[str, float]:
             return self.standard_errors
@@ -211,5 +214,8 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     assert unseen.startswith(
         "N is NOT determined: 80\u00a0% of the recovered mass sits where the likelihood barely changes"
     )
+    assert "short of the optimum" not in said
+    short = cli.describe_determined(Result(tight, settled=False))  # at the step cap: may understate
+    assert short.startswith("the last stage stopped short of the optimum (see convergence), so these may")
     assert cli.describe_bootstrap(Result(tight)).startswith("the attack run again on 2 resamples")
     assert "did not finish" in cli.describe_bootstrap(Result({"total_mass": float("inf")}))
