@@ -344,8 +344,8 @@ def recovered_statistics(data: Dataset, measure: br.WeightedMeasure) -> dict[str
         "x_sd_ratio": sd_hat / sd,
     }
     if data.family.canonical:
-        estimate = sufficient_sums(measure.points, w)
-        truth = sufficient_sums({"X": data.X, "y": data.y}, np.ones(len(data.y)))
+        estimate = np.asarray(sufficient_sums(measure.points, w))
+        truth = np.asarray(sufficient_sums({"X": data.X, "y": data.y}, np.ones(len(data.y))))
         errors = np.abs(estimate / truth - 1)
         out |= {
             "sufficient": estimate,  # Σ y, Σ y·x_1, ..., Σ y·x_k
@@ -356,11 +356,13 @@ def recovered_statistics(data: Dataset, measure: br.WeightedMeasure) -> dict[str
     return out
 
 
-def sufficient_sums(points: Mapping[str, Any], weights: np.ndarray) -> np.ndarray:
-    """Σ w y and Σ w y·x_j: what a canonical link's likelihood sees of the responses."""
-    y = np.asarray(points["y"], float)
-    x = np.asarray(points["X"], float).reshape(len(y), -1)
-    return np.concatenate([[weights @ y], x.T @ (weights * y)])
+def sufficient_sums(points: Mapping[str, Any], weights: Any) -> jax.Array:
+    """Σ w y and Σ w y·x_j: what a canonical link's likelihood sees of the responses (JAX, so that
+    ``Reconstruction.statistic_covariance`` can differentiate it too)."""
+    weights = jnp.asarray(weights, float)
+    y = jnp.asarray(points["y"]).astype(weights.dtype)
+    x = jnp.reshape(jnp.asarray(points["X"]), (len(weights), -1)).astype(weights.dtype)
+    return jnp.concatenate([(weights @ y)[None], x.T @ (weights * y)])
 
 
 def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dict[str, Any]:
@@ -380,13 +382,7 @@ def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dic
     }
     out: dict[str, Any] = {"standard_errors": errors, "mass_se": mass_se, "x_mean_se": mean_se}
     if "sufficient_true" in recovered:
-
-        def sums(points: Mapping[str, jax.Array], weights: jax.Array) -> jax.Array:
-            y = points["y"].astype(weights.dtype)
-            x = jnp.reshape(points["X"], (len(weights), -1))
-            return jnp.concatenate([(weights @ y)[None], x.T @ (weights * y)])
-
-        _, covariance = result.statistic_covariance(sums)
+        _, covariance = result.statistic_covariance(sufficient_sums)
         se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
         truth = recovered["sufficient_true"]
         out["sufficient_se"] = se / np.abs(truth)  # relative to the truth, as the errors

@@ -45,8 +45,7 @@ def statistics_of(k: int, canonical: bool):
         sd = jnp.sqrt(weights @ (x - mean) ** 2 / mass)
         parts = [mass[None], mean, sd]
         if canonical:
-            y = points["y"].astype(weights.dtype)
-            parts += [(weights @ y)[None], x.T @ (weights * y)]
+            parts.append(bg.sufficient_sums(points, weights))
         return jnp.concatenate(parts)
 
     return names, statistic
@@ -71,7 +70,7 @@ def family_rows(family: str, n: int, k: int, m: int, chains: int) -> dict:
     y = np.asarray(data.y, float)
     truth = np.concatenate([[n], x.mean(axis=0), x.std(axis=0)])
     if data.family.canonical:
-        truth = np.concatenate([truth, [y.sum()], x.T @ y])
+        truth = np.concatenate([truth, bg.sufficient_sums({"X": data.X, "y": y}, np.ones(n))])
     values, errors, draws = [], [], []
     for r in range(chains):
         draws.append(chain(data, 1000 + r))
