@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_recon.pseudo import Layout
+from recon_core.errors import ReconError
 
 Array = jax.Array
 Data = Mapping[str, Array]
@@ -97,7 +98,14 @@ def statistic_covariance(
     def at(p: Array) -> Array:
         return jnp.ravel(statistic(*sandwich.unpack(p)))
 
-    value, jacobian = jax.jit(lambda p: (at(p), jax.jacfwd(at)(p)))(sandwich.phi)
+    try:
+        value, jacobian = jax.jit(lambda p: (at(p), jax.jacfwd(at)(p)))(sandwich.phi)
+    except KeyError as missing:
+        columns = ", ".join(sandwich.unpack(sandwich.phi)[0])
+        raise ReconError(
+            f"the statistic asks for the column {missing}, which the measure does not have; its columns "
+            f"are {columns} (the points the statistic receives are keyed by the model's data names)"
+        ) from None
     influence = sandwich.gradients @ (sandwich.inverse_hessian @ np.asarray(jacobian).T)  # (S, K)
     n_draws = len(influence)
     covariance = influence.T @ influence / (n_draws * (n_draws - 1))

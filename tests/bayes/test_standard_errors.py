@@ -9,6 +9,7 @@ import pytest
 from bayes_recon import pseudo
 from bayes_recon.precision import float64
 from bayes_recon.standard_errors import build_sandwich, effective_size, moment_errors, statistic_covariance
+from recon_core.errors import ReconError
 
 LAYOUT = pseudo.Layout({"x": ()}, {})
 SUM = 0.5  # the objective is scaled so that Σ w x is the draws' mean times this: a unit check
@@ -51,6 +52,15 @@ def test_the_sandwich_gives_the_standard_error_of_a_mean_and_a_symmetry_adds_not
     errors = moment_errors(sandwich, points)
     assert set(errors) == {"total_mass", "mean[0]", "sd[0]"}
     assert errors["mean[0]"] == pytest.approx(np.sqrt(covariance[0, 0]) / 2, rel=1e-6)  # mean = Σ w x / 2
+
+
+@float64
+def test_a_statistic_asking_for_a_column_the_measure_lacks_is_named():
+    sandwich, _ = _sandwich(0.3 + 2.0 * np.random.default_rng(0).normal(size=100))
+    with pytest.raises(
+        ReconError, match="asks for the column 'z', which the measure does not have; its columns are x"
+    ):
+        statistic_covariance(sandwich, lambda data, w: w @ data["z"])
 
 
 @float64
