@@ -28,6 +28,7 @@ coincident points, a weightless point moved) carry no noise and add nothing. A n
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -49,6 +50,18 @@ TINY = 1e-300  # weights that underflowed to 0 (their log), columns without spre
 CHUNK_BUDGET = 10_000_000  # draws × points × numbers per draw and point × directions
 
 
+class SandwichOverBudget(Exception):
+    """The sandwich would take longer than the time it was given: projected, after its first blocks,
+    from their pace (the first block, which compiles, left out)."""
+
+    def __init__(self, parameters: int, projected: float, seconds: float) -> None:
+        self.parameters, self.projected, self.seconds = parameters, projected, seconds
+        super().__init__(
+            f"the sandwich over the measure's {parameters:,} parameters would take about "
+            f"{projected / 60:.0f} min (more than {seconds:.0f} s)"
+        )
+
+
 class Sandwich(NamedTuple):
     """The sandwich at a measure: its parameters φ, the map back to (points, weights), the inverse of
     the regularised Hessian and the per-draw gradients, centred."""
@@ -66,10 +79,14 @@ def build_sandwich(
     points: Data,
     weights: Array,
     size: int,
+    seconds: float | None = None,
 ) -> Sandwich:
     """The sandwich at the measure (``points``, ``weights``). ``terms(data, weights)``: the objective's
     per-draw terms (S,), each holding about ``size`` numbers per pseudo-point; ``penalty(data)``: the
-    information penalty."""
+    information penalty. Its cost grows as the square of the measure's parameters (one pass of the
+    objective per parameter, each over every point): with ``seconds``, :class:`SandwichOverBudget` is
+    raised as soon as the pace of its first blocks says it would take longer."""
+    started = time.perf_counter()
     phi, unpack = _parameters(layout, points, weights)
     n_draws = jax.eval_shape(lambda p: terms(*unpack(p)), phi).shape[0]
 
@@ -77,9 +94,14 @@ def build_sandwich(
         data, w = unpack(p)
         return jnp.mean(terms(data, w)) + penalty(data)
 
+    def within_time(done: int, blocks: int, pace: float) -> None:
+        projected = time.perf_counter() - started + pace * (blocks - done)
+        if seconds is not None and projected > seconds:
+            raise SandwichOverBudget(len(phi), projected, seconds)
+
     chunk = max(1, CHUNK_BUDGET // (n_draws * len(weights) * size))
-    gradients = _jacobian(lambda p: terms(*unpack(p)), phi, chunk)  # (S, P)
-    hessian = _jacobian(jax.grad(objective), phi, chunk)  # (P, P)
+    gradients = _jacobian(lambda p: terms(*unpack(p)), phi, chunk, within_time)  # (S, P)
+    hessian = _jacobian(jax.grad(objective), phi, chunk, within_time)  # (P, P)
     diagonal = np.abs(np.diag(hessian))
     scale = 1 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
     eigenvalues, vectors = np.linalg.eigh(scale[:, None] * (hessian + hessian.T) / 2 * scale)
@@ -181,12 +203,22 @@ def _parameters(layout: Layout, points: Data, weights: Array) -> tuple[Array, Ca
     return phi, unpack
 
 
-def _jacobian(fn: Callable[[Array], Array], x: Array, chunk: int) -> np.ndarray:
+def _jacobian(
+    fn: Callable[[Array], Array], x: Array, chunk: int, on_pace: Callable[[int, int, float], None]
+) -> np.ndarray:
     """∂fn/∂x (outputs, inputs) by forward mode, ``chunk`` input directions at a time (one compiled
-    program: the last block is padded)."""
+    program: the last block is padded). After every block from the second, ``on_pace(blocks done,
+    blocks, seconds per block since the first)``."""
     push = jax.jit(jax.vmap(lambda v: jax.jvp(fn, (x,), (v,))[1]))
     size = x.shape[0]
     chunk = min(chunk, size)
     basis = np.eye(size, -(-size // chunk) * chunk, dtype=x.dtype).T  # (padded inputs, inputs)
-    columns = np.concatenate([np.asarray(push(basis[i : i + chunk])) for i in range(0, len(basis), chunk)])
-    return columns[:size].reshape(size, -1).T
+    blocks = len(basis) // chunk
+    columns = []
+    for done in range(1, blocks + 1):
+        columns.append(np.asarray(push(basis[(done - 1) * chunk : done * chunk])))
+        if done == 1:
+            compiled = time.perf_counter()
+        else:
+            on_pace(done, blocks, (time.perf_counter() - compiled) / (done - 1))
+    return np.concatenate(columns)[:size].reshape(size, -1).T

@@ -6,9 +6,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bayes_recon import pseudo
+from bayes_recon import pseudo, standard_errors
 from bayes_recon.precision import float64
-from bayes_recon.standard_errors import build_sandwich, effective_size, moment_errors, statistic_covariance
+from bayes_recon.standard_errors import (
+    SandwichOverBudget,
+    build_sandwich,
+    effective_size,
+    moment_errors,
+    statistic_covariance,
+)
 from recon_core.errors import ReconError
 
 LAYOUT = pseudo.Layout({"x": ()}, {})
@@ -113,3 +119,17 @@ def _terms_of(theta: np.ndarray, noisy_flat_direction: float):
         return fit + noisy_flat_direction * (x[0] - x[1]) * centred
 
     return terms
+
+
+@float64
+def test_a_sandwich_that_would_take_longer_than_its_time_stops_after_its_first_blocks(monkeypatch):
+    """One direction per block: from the second block on, the pace says it cannot finish in a nanosecond."""
+    monkeypatch.setattr(standard_errors, "CHUNK_BUDGET", 1)
+    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=100)
+    points = {"x": jnp.array([1.0, -1.0])}
+    with pytest.raises(SandwichOverBudget, match="the measure's 4 parameters would take about"):
+        build_sandwich(_terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds=1e-9)
+    finished = build_sandwich(
+        _terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds=60
+    )
+    assert finished.inverse_hessian.shape == (4, 4)
