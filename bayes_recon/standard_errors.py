@@ -56,9 +56,10 @@ class SandwichOverBudget(Exception):
 
     def __init__(self, parameters: int, projected: float, seconds: float) -> None:
         self.parameters, self.projected, self.seconds = parameters, projected, seconds
+        took = f"{projected:.0f} s" if projected < 120 else f"{projected / 60:.0f} min"
         super().__init__(
-            f"the sandwich over the measure's {parameters:,} parameters would take about "
-            f"{projected / 60:.0f} min (more than {seconds:.0f} s)"
+            f"the sandwich over the measure's {parameters:,} parameters would take about {took} (more than "
+            f"{seconds:.0f} s)"
         )
 
 
