@@ -52,8 +52,9 @@ Registry part (``--registry``): every registry posterior present in posteriordb,
 ``benchmarks/bayes_posteriordb.py``'s own loop and oracle columns, with the truth bar, the
 self-check's verdict, the unseen mass, the number of parameters d, the peak memory and N's standard
 error and z added (printed under each row, and in the JSON rows); each posterior in a fresh process,
-so the peak is its own. The standard errors as the CLI computes them: within its 120 s
-(``r.standard_errors_within()``), else "not computed" with the projected time.
+so the peak is its own. The standard errors as the CLI computes them, within its time
+(``r.standard_errors_within()``, ``STANDARD_ERRORS_SECONDS``), else "not computed" with the projected
+time.
 
 Prints a line per run (with J_attack − J_truth and the tolerance), then a table per family × N × k
 × M (seeds aggregated: mean and [min, max]; "ΔJ / tol" is (J_attack − J_truth) / tolerance, the bar

@@ -214,7 +214,7 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
         def converged(self) -> bool:
             return self.settled
 
-        def standard_errors_within(self, seconds: float = 120.0) -> dict[str, float]:
+        def standard_errors_within(self, seconds: float = 300.0) -> dict[str, float]:
             return self.standard_errors
 
         def bootstrap_spread(self) -> dict[str, float]:
@@ -246,13 +246,13 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     assert cli.describe_bootstrap(Result(tight)).startswith("the attack run again on 2 resamples")
 
     class TooLong(Result):
-        def standard_errors_within(self, seconds: float = 120.0) -> dict[str, float]:
+        def standard_errors_within(self, seconds: float = 300.0) -> dict[str, float]:
             raise SandwichOverBudget(2_200, 2_580.0, seconds)
 
     skipped = cli.describe_determined(TooLong(tight, unseen_mass=0.8))
     assert skipped.startswith("N is NOT determined")  # what is known without them is still said
     assert (
         "standard errors not computed: the sandwich over the measure's 2,200 parameters would take about "
-        "43 min (more than 120 s); in Python, Reconstruction.standard_errors computes them" in skipped
+        "43 min (more than 300 s); in Python, Reconstruction.standard_errors computes them" in skipped
     )
     assert "did not finish" in cli.describe_bootstrap(Result({"total_mass": float("inf")}))

@@ -127,7 +127,7 @@ def test_a_sandwich_that_would_take_longer_than_its_time_stops_after_its_first_b
     monkeypatch.setattr(standard_errors, "CHUNK_BUDGET", 1)
     theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=100)
     points = {"x": jnp.array([1.0, -1.0])}
-    with pytest.raises(SandwichOverBudget, match="the measure's 4 parameters would take about"):
+    with pytest.raises(SandwichOverBudget, match="the measure's 4 parameters would take more than"):
         build_sandwich(_terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds=1e-9)
     finished = build_sandwich(
         _terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds=60
