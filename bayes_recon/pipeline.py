@@ -88,10 +88,11 @@ class PosteriorAttack:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able summary: posterior, M, seed, objective, seconds (and compiling), config and rows."""
         recon = self.reconstruction
+        skipped = None
         try:
             standard_errors = jsonable(recon.standard_errors_within())
         except SandwichOverBudget as over:
-            standard_errors = {"not_computed": str(over)}
+            standard_errors, skipped = None, str(over)
         return {
             "posterior": self.name,
             "database": None if self.database is None else str(self.database),
@@ -106,6 +107,7 @@ class PosteriorAttack:
             "self_check": jsonable(recon.self_check.to_json()),
             "restart_spread": jsonable(recon.restart_spread()),
             "standard_errors": standard_errors,
+            "standard_errors_skipped": skipped,
             "bootstrap_spread": jsonable(recon.bootstrap_spread()),
             "unseen_mass": jsonable(recon.unseen_mass),
             "converged": recon.converged(),

@@ -53,16 +53,25 @@ CHUNK_BUDGET = 10_000_000  # draws × points × numbers per draw and point × di
 class SandwichOverBudget(Exception):
     """The sandwich would take longer than the time it was given: projected, after the first blocks of
     the pass it is in, from their pace (the first block, which compiles, left out). In the first pass
-    (the per-draw gradients) the second (the Hessian, the costlier) is not counted: ``alone``."""
+    (the per-draw gradients) the second (the Hessian) is counted as costing as much, though it costs
+    more: ``at_least``."""
 
-    def __init__(self, parameters: int, projected: float, seconds: float, alone: bool = False) -> None:
-        self.parameters, self.projected, self.seconds = parameters, projected, seconds
+    def __init__(self, parameters: int, projected: float, seconds: float, at_least: bool = False) -> None:
+        self.parameters, self.projected, self.seconds, self.at_least = (
+            parameters,
+            projected,
+            seconds,
+            at_least,
+        )
         took = f"{projected:.0f} s" if projected < 120 else f"{projected / 60:.0f} min"
         super().__init__(
             f"the sandwich over the measure's {parameters:,} parameters would take "
-            + (f"more than {took}" if alone else f"about {took}")
+            + (f"more than {took}" if at_least else f"about {took}")
             + f" (more than {seconds:.0f} s)"
         )
+
+    def __reduce__(self) -> tuple:  # picklable across processes, despite its own __init__
+        return type(self), (self.parameters, self.projected, self.seconds, self.at_least)
 
 
 class Sandwich(NamedTuple):
@@ -99,9 +108,12 @@ def build_sandwich(
 
     def within_time(first_pass: bool) -> Callable[[int, int, float], None]:
         def check(done: int, blocks: int, pace: float) -> None:
-            projected = time.perf_counter() - started + pace * (blocks - done)
+            if not first_pass and done == blocks:
+                return  # the work is done: nothing left to save
+            left = blocks - done + (blocks if first_pass else 0)  # the Hessian's pass costs at least as much
+            projected = time.perf_counter() - started + pace * left
             if seconds is not None and projected > seconds:
-                raise SandwichOverBudget(len(phi), projected, seconds, alone=first_pass)
+                raise SandwichOverBudget(len(phi), projected, seconds, at_least=first_pass)
 
         return check
 
@@ -220,11 +232,9 @@ def _jacobian(
     chunk = min(chunk, size)
     basis = np.eye(size, -(-size // chunk) * chunk, dtype=x.dtype).T  # (padded inputs, inputs)
     blocks = len(basis) // chunk
-    columns = []
-    for done in range(1, blocks + 1):
+    columns = [np.asarray(push(basis[:chunk]))]
+    compiled = time.perf_counter()
+    for done in range(2, blocks + 1):
         columns.append(np.asarray(push(basis[(done - 1) * chunk : done * chunk])))
-        if done == 1:
-            compiled = time.perf_counter()
-        else:
-            on_pace(done, blocks, (time.perf_counter() - compiled) / (done - 1))
+        on_pace(done, blocks, (time.perf_counter() - compiled) / (done - 1))
     return np.concatenate(columns)[:size].reshape(size, -1).T

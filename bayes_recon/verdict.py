@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from bayes_recon.reconstruct import DETERMINED_WITHIN, STANDARD_ERRORS_SECONDS, Reconstruction
+from bayes_recon.reconstruct import DETERMINED_WITHIN, STANDARD_ERRORS_SECONDS
 from bayes_recon.standard_errors import SandwichOverBudget
 from recon_core.headline import Headline, Severity, number, percent, words
 
 if TYPE_CHECKING:
     from bayes_recon.audit import Audit, Verdict
     from bayes_recon.identifiability import Statistic, Variable
+    from bayes_recon.reconstruct import Reconstruction
     from recon_core.measure import WeightedMeasure
 
 Kind = Literal["count", "mean", "variance", "covariance", "statistic"]

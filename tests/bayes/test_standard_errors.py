@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -123,13 +125,23 @@ def _terms_of(theta: np.ndarray, noisy_flat_direction: float):
 
 @float64
 def test_a_sandwich_that_would_take_longer_than_its_time_stops_after_its_first_blocks(monkeypatch):
-    """One direction per block: from the second block on, the pace says it cannot finish in a nanosecond."""
+    """One direction per block (4 parameters: 4 blocks a pass) on a clock that ticks 10 s per reading:
+    after the second block of the first pass, 30 s have gone and the pace is 10 s a block, so the two
+    blocks left and the Hessian's four more come to 90 s ("more than": the Hessian costs more)."""
     monkeypatch.setattr(standard_errors, "CHUNK_BUDGET", 1)
     theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=100)
     points = {"x": jnp.array([1.0, -1.0])}
-    with pytest.raises(SandwichOverBudget, match="the measure's 4 parameters would take more than"):
-        build_sandwich(_terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds=1e-9)
-    finished = build_sandwich(
-        _terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds=60
-    )
-    assert finished.inverse_hessian.shape == (4, 4)
+
+    def build(seconds: float):
+        return build_sandwich(
+            _terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds
+        )
+
+    ticks = iter(range(0, 10**6, 10))
+    monkeypatch.setattr(standard_errors.time, "perf_counter", lambda: float(next(ticks)))
+    with pytest.raises(SandwichOverBudget, match="4 parameters would take more than 90 s") as over:
+        build(seconds=85)
+    assert over.value.projected == 90 and over.value.at_least
+    assert pickle.loads(pickle.dumps(over.value)).projected == 90  # it crosses process boundaries
+    ticks = iter(range(0, 10**6, 10))
+    assert build(seconds=10**6).inverse_hessian.shape == (4, 4)  # given the time, it finishes
