@@ -525,10 +525,20 @@ def describe_convergence(recon: Any) -> str:
         return f"minibatches of draws: Adam ran all {cap} steps (it has no stopping rule)."
     if converged:
         return "the last stage stopped when the objective stopped changing."
-    return (
-        f"NOT reached: the last stage used all its {cap} steps while the objective was still changing, so "
-        f"the result may be short of the optimum; rerun with --steps {4 * cap}."
-    )
+    capped = f"NOT reached: the last stage used all its {cap} steps while the objective was still changing"
+    if _leaves_n_open(recon):
+        return (
+            f"{capped}, but on mass the release does not see (see determined): more steps would mostly "
+            "move that mass, which the draws cannot check (stop 34: 600 steps sent a logistic regression's "
+            "N to 5.8e17)."
+        )
+    return f"{capped}, so the result may be short of the optimum; rerun with --steps {4 * cap}."
+
+
+def _leaves_n_open(recon: Any) -> bool:
+    from bayes_recon.reconstruct import UNSEEN_LEAVES_N_OPEN
+
+    return recon.unseen_mass >= UNSEEN_LEAVES_N_OPEN
 
 
 def describe_remedies(recon: Any, points: int) -> str:
@@ -547,7 +557,7 @@ def describe_remedies(recon: Any, points: int) -> str:
         f"--points {5 * points} (each pseudo-point stands for about {rows_each} rows; a likelihood with a "
         "kink or several modes needs more of them than a Gaussian one)"
     ]
-    if recon.converged() is False:
+    if recon.converged() is False and not _leaves_n_open(recon):
         remedies.append(f"--steps {4 * recon.config.steps} (the last stage stopped at its step cap)")
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
     if at_best < total:
@@ -624,14 +634,14 @@ def describe_determined(recon: Any) -> str:
     step cap had standard errors of 5 % on a covariate's sd 30 % off; 600 steps on, 67 % on 27 %.
     Standard errors that would take longer than :data:`bayes_recon.reconstruct.STANDARD_ERRORS_SECONDS`
     are left out, and the line says so."""
-    from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_LEAVES_N_OPEN, UNSEEN_TILT
+    from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_TILT
     from bayes_recon.standard_errors import SandwichOverBudget
 
     unseen = (
         f"N is NOT determined: {percent(recon.unseen_mass)} of the recovered mass sits where the likelihood "
         f"barely changes with the parameters (its log-likelihood varies over the draws by under "
         f"{percent(UNSEEN_TILT)} of the whole's), so its weight could be almost anything. "
-        if recon.unseen_mass >= UNSEEN_LEAVES_N_OPEN
+        if _leaves_n_open(recon)
         else ""
     )
     try:

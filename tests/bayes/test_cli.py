@@ -91,7 +91,7 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     measure = WeightedMeasure({"y": np.zeros((4, 1))}, np.full(4, 25.0))
     recon = SimpleNamespace(
         measure=measure, config=SimpleNamespace(steps=150), converged=lambda: False,
-        restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]),
+        restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]), unseen_mass=0.0,
     )  # fmt: skip
     words = cli.describe_remedies(recon, 4)
     points, steps, restarts = (words.index(f"--{o}") for o in ("points 20", "steps 600", "restarts 4"))
@@ -103,6 +103,11 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     assert "--steps" not in cli.describe_remedies(settled, 4) and "--restarts" not in cli.describe_remedies(
         settled, 4
     )
+    # Capped, but on mass the release does not see: more steps would only move that mass (stop 34).
+    drifting = SimpleNamespace(**{**vars(recon), "unseen_mass": 0.9})
+    assert "--steps" not in cli.describe_remedies(drifting, 4)
+    assert "--steps" not in cli.describe_convergence(drifting)
+    assert "on mass the release does not see" in cli.describe_convergence(drifting)
 
 
 def test_quiet_draws_no_progress_bar(capsys, fake_reconstruct):
