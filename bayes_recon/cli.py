@@ -631,11 +631,8 @@ def describe_determined(recon: Any) -> str:
     """How tightly the release's draws determine N and the columns' moments (their Monte Carlo standard
     errors, :attr:`Reconstruction.standard_errors`), after whether N is left open by mass on pseudo-points
     the release barely sees (:attr:`Reconstruction.unseen_mass`). A quantile regression stopped at its
-    step cap had standard errors of 5 % on a covariate's sd 30 % off; 600 steps on, 67 % on 27 %.
-    Standard errors that would take longer than :data:`bayes_recon.reconstruct.STANDARD_ERRORS_SECONDS`
-    are left out, and the line says so."""
+    step cap had standard errors of 5 % on a covariate's sd 30 % off; 600 steps on, 67 % on 27 %."""
     from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_TILT
-    from bayes_recon.standard_errors import SandwichOverBudget
 
     unseen = (
         f"N is NOT determined: {percent(recon.unseen_mass)} of the recovered mass sits where the likelihood "
@@ -644,13 +641,7 @@ def describe_determined(recon: Any) -> str:
         if _leaves_n_open(recon)
         else ""
     )
-    try:
-        errors = recon.standard_errors_within()
-    except SandwichOverBudget as over:
-        return (
-            f"{unseen}standard errors not computed: {over}; in Python, Reconstruction.standard_errors "
-            "computes them however long they take."
-        )
+    errors = recon.standard_errors
     runs = "other draws of the same posterior would move the result by about one standard error: "
     if recon.converged() is False:  # the sandwich describes an optimum; short of it, it may say too little
         runs = (

@@ -217,18 +217,69 @@ def build_hessian(
     seed: int,
 ) -> PseudoHessian:
     """The Hessian of :func:`build_objective`'s objective (all draws, slices from ``seed``) in any
-    parameters p of the pseudo-data, from derivatives in each point's own D coordinates.
+    parameters p of the pseudo-data (``pseudo_of(p)`` the pseudo-data they stand for): Newton's, on the
+    cloud (:func:`build_point_derivatives`)."""
+    derivatives = build_point_derivatives(problem, draws, seed)
 
-    Differentiating the objective along each of P parameters (Newton on nes2000's clouds: 112) costs P
-    passes through every point and draw. But at a draw the objective is Σ_j w_j t_j + ½ |√M G|² plus
-    terms free of the pseudo-data (:func:`point_terms`), and the information penalty is a sum over points
-    of each one's own information. With u = (z_j, w_j) the points' coordinates and weights,
-    H = mean_s Bᵀ M B (B = ∂G/∂p, from each point's ∂g_j/∂z_j) + Jᵀ ∇²_u F J + the curvature of u(p)
-    weighted by ∇_u F, where F, the objective with every G held fixed, is a sum of terms of one point
-    each: its Hessian in u has a D × D block per point, and cross terms with the point's own weight.
-    D + 1 passes through the points instead of P (nes2000 at M = 50: a round took 130 s, now 49 s);
-    the same matrix up to rounding, except that the bandwidths of likelihood kinks (:func:`kink_bandwidths`)
-    are held at the points' values, as a Newton step needs only a model of the curvature.
+    def hessian(pseudo_of: Callable[[Any], pseudo.Pseudo], params: Any, base: Array) -> Array:
+        return derivatives(lambda p: pseudo.coordinates(problem.layout, pseudo_of(p), base), params)[0]
+
+    return hessian
+
+
+def gram_in_chunks(fn: Callable[[Any], Array], xs: Any, at_once: int) -> Array:
+    """Σ_s fn(x_s)ᵀ fn(x_s) over the leading axis of the pytree ``xs`` (fn: one element → (K, P)),
+    ``at_once`` elements at a time: the (S, K, P) rows are never all held (a sandwich over 10,000 draws
+    and 1,400 parameters: 1.1 GB)."""
+    n = len(jax.tree_util.tree_leaves(xs)[0])
+    at_once = min(at_once, n)
+    chunks = -(-n // at_once)
+    padded = jax.tree_util.tree_map(
+        lambda x: jnp.concatenate([x, jnp.repeat(x[:1], chunks * at_once - n, axis=0)]), xs
+    )
+    kept = (jnp.arange(chunks * at_once) < n).reshape(chunks, at_once)
+
+    def add(i: Array, total: Array) -> Array:
+        part = jax.tree_util.tree_map(lambda x: jax.lax.dynamic_slice_in_dim(x, i * at_once, at_once), padded)
+        rows = jax.vmap(fn)(part) * kept[i][:, None, None]
+        return total + jnp.einsum("skp,skq->pq", rows, rows)
+
+    size = jax.eval_shape(fn, jax.tree_util.tree_map(lambda x: x[0], xs)).shape[-1]
+    return jax.lax.fori_loop(0, chunks, add, jnp.zeros((size, size)))
+
+
+# params → the points' unconstrained coordinates (n, D), discrete values (n, B) and weights (n,), as
+# pseudo.coordinates gives them
+PointsOf = Callable[[Any], tuple[Array, Array, Array]]
+
+
+# (points_of, params, per_draw) → (the objective's Hessian (P, P), each draw's term's gradient (S, P) or None)
+PointDerivatives = Callable[..., tuple[Array, Array | None]]
+
+
+def build_point_derivatives(
+    problem: ScoreMatching,
+    draws: Array,
+    seed: int,
+) -> PointDerivatives:
+    """(points_of, params, per_draw=False) → the Hessian of :func:`build_objective`'s objective (all draws,
+    slices from ``seed``) in any parameters p of the pseudo-data, and with ``per_draw`` the gradient of
+    each draw's term in them (S, P), the information penalty left out (the sandwich's, in
+    :mod:`bayes_recon.standard_errors`). ``points_of(p)``: the points' coordinates and weights
+    (:data:`PointsOf`).
+
+    Differentiating the objective along each of P parameters (Newton on nes2000's clouds: 112; a measure
+    of 200 points of nine coordinates: 2,000) costs P passes through every point and draw. But at a draw
+    the objective is Σ_j w_j t_j + ½ |√M G|² plus terms free of the pseudo-data (:func:`point_terms`), and
+    the information penalty is a sum over points of each one's own information. With u = (z_j, w_j) the
+    points' coordinates and weights, H = mean_s Bᵀ M B (B = ∂G/∂p, from each point's ∂g_j/∂z_j) +
+    Jᵀ ∇²_u F J + the curvature of u(p) weighted by ∇_u F, where F, the objective with every G held fixed,
+    is a sum of terms of one point each: its Hessian in u has a D × D block per point, and cross terms
+    with the point's own weight. A draw's gradient is that draw's term of ∇_u F, so through J. D + 1
+    passes through the points instead of P (nes2000 at M = 50: a round took 130 s, now 49 s); the same
+    matrices up to rounding, except that the bandwidths of likelihood kinks (:func:`kink_bandwidths`) are
+    held at the points' values: a Newton step needs only a model of the curvature, and the sandwich
+    leaves the bandwidths' share out.
     """
     layout, estimator, n_slices = problem.layout, problem.estimator, problem.n_slices
     n_draws, dim = draws.shape
@@ -236,17 +287,17 @@ def build_hessian(
     prior = prior_terms(problem)
     root = metric_root(estimator)
 
-    def hessian(pseudo_of: Callable[[Any], pseudo.Pseudo], params: Any, base: Array) -> Array:
+    def derivatives(points_of: PointsOf, params: Any, per_draw: bool = False) -> tuple[Array, Array | None]:
         flat, unravel = ravel_pytree(params)
 
         def coordinates_of(x: Array) -> tuple[Array, Array]:
-            z, _, w = pseudo.coordinates(layout, pseudo_of(unravel(x)), base)
+            z, _, w = points_of(unravel(x))
             return z, w
 
-        z, bits, w = pseudo.coordinates(layout, pseudo_of(params), base)
+        z, bits, w = points_of(params)
         n, d_points = z.shape
         at_once = max(1, GRADIENT_BUDGET // (n * dim * value_size(estimator, dim, n_slices) * (d_points + 1)))
-        # held at the points' values: Newton's Hessian is a model of the curvature
+        # held at the points' values (see above)
         bandwidths = kink_bandwidths(problem.weighted, problem.coordinates, layout.assemble(z, bits), draws)
 
         def terms(z: Array, draw: Array, v: Array | None) -> tuple[Array, Array]:
@@ -258,16 +309,15 @@ def build_hessian(
 
         score = map_in_chunks(total_score, (draws, slices), at_once)  # G at every draw (S, d)
 
+        def linear(z: Array, draw: Array, v: Array | None, g_held: Array) -> tuple[Array, Array]:
+            """Every point's ∂/∂w_j of the draw's term, G held (n,), and its information (n,)."""
+            scores, curvature = terms(z, draw, v)
+            return curvature + root(scores.T, v).T @ root(g_held, v), jnp.sum(scores**2, axis=1)
+
         def held(z: Array, w: Array) -> Array:
             """The objective with every draw's G held at its value: a sum of terms of one point each."""
-
-            def at_draw(pair: tuple) -> tuple[Array, Array]:
-                draw, v, g_held = pair
-                scores, curvature = terms(z, draw, v)
-                return curvature + root(scores.T, v).T @ root(g_held, v), jnp.sum(scores**2, axis=1)
-
-            linear, information = map_in_chunks(at_draw, (draws, slices, score), at_once)
-            return w @ jnp.mean(linear, axis=0) + penalty_of(jnp.mean(information, axis=0), dim)
+            each, information = map_in_chunks(lambda t: linear(z, *t), (draws, slices, score), at_once)
+            return w @ jnp.mean(each, axis=0) + penalty_of(jnp.mean(information, axis=0), dim)
 
         def directions(tz: Array, tw: Array) -> tuple:
             return jax.jvp(jax.grad(held, argnums=(0, 1)), (z, w), (tz, tw))
@@ -280,30 +330,46 @@ def build_hessian(
         grad_z, grad_w = grad_z[0], grad_w[0]  # ∇_z F (n, D) and ∂F/∂w_j (n,)
         jz, jw = jax.jacfwd(coordinates_of)(flat)  # (n, D, P), (n, P)
 
+        def along_points(fn: Callable[[Array], Array]) -> Array:
+            """fn's derivative along each point coordinate, every point at once (D, *fn's shape)."""
+            return jax.vmap(lambda u: jax.jvp(fn, (z,), (u,))[1])(tz[:-1])
+
         def gauss_newton(pair: tuple) -> Array:  # √M B at one draw (d or K, P)
             draw, v = pair
             b = terms(z, draw, v)[0].T @ jw
             if d_points:
-                moved = jax.vmap(lambda u: jax.jvp(lambda y: terms(y, draw, v)[0], (z,), (u,))[1])(tz[:-1])
-                b = b + jnp.einsum("n,and,nap->dp", w, moved, jz)  # moved: (D, n, d)
+                moved = along_points(lambda y: terms(y, draw, v)[0])  # (D, n, d)
+                b = b + jnp.einsum("n,and,nap->dp", w, moved, jz)
             return root(b, v)
 
-        b = map_in_chunks(gauss_newton, (draws, slices), at_once)
+        gram = gram_in_chunks(gauss_newton, (draws, slices), at_once)  # Σ_s Bᵀ M B
         cross = jnp.einsum("np,na,naq->pq", jw, curve_z[-1], jz)  # ∂²F/∂w_j∂z_j, point j's own
 
         def along_u(x: Array) -> Array:  # ∇_u F · u(p), its gradient held: u's own curvature
             zx, wx = coordinates_of(x)
             return jnp.sum(grad_z * zx) + grad_w @ wx
 
-        return (
-            jnp.einsum("skp,skq->pq", b, b) / n_draws
+        hessian = (
+            gram / n_draws
             + jnp.einsum("nap,anb,nbq->pq", jz, curve_z[:-1], jz)
             + cross
             + cross.T
             + jax.hessian(along_u)(flat)
         )
+        if not per_draw:
+            return hessian, None
 
-    return hessian
+        def draw_gradient(triple: tuple) -> Array:  # the draw's term: Σ_j w_j linear_j, G held
+            each = linear(z, *triple)[0]
+            gradient = each @ jw
+            if d_points:
+                moved = along_points(lambda y: linear(y, *triple)[0])  # (D, n): each point's own
+                gradient = gradient + jnp.einsum("n,an,nap->p", w, moved, jz)
+            return gradient
+
+        return hessian, map_in_chunks(draw_gradient, (draws, slices, score), at_once)
+
+    return derivatives
 
 
 # One data point tells less about θ than the whole data set: in the attack's (whitened)

@@ -23,7 +23,6 @@ from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
 from bayes_recon.precision import float64
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
-from bayes_recon.standard_errors import SandwichOverBudget
 from recon_core.errors import ReconError
 from recon_core.jsonio import jsonable
 from recon_core.measure import WeightedMeasure
@@ -88,11 +87,6 @@ class PosteriorAttack:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able summary: posterior, M, seed, objective, seconds (and compiling), config and rows."""
         recon = self.reconstruction
-        skipped = None
-        try:
-            standard_errors = jsonable(recon.standard_errors_within())
-        except SandwichOverBudget as over:
-            standard_errors, skipped = None, str(over)
         return {
             "posterior": self.name,
             "database": None if self.database is None else str(self.database),
@@ -106,8 +100,7 @@ class PosteriorAttack:
             "relative_mmd_model_kernel": jsonable(self.relative_mmd()),
             "self_check": jsonable(recon.self_check.to_json()),
             "restart_spread": jsonable(recon.restart_spread()),
-            "standard_errors": standard_errors,
-            "standard_errors_skipped": skipped,
+            "standard_errors": jsonable(recon.standard_errors),
             "bootstrap_spread": jsonable(recon.bootstrap_spread()),
             "unseen_mass": jsonable(recon.unseen_mass),
             "converged": recon.converged(),

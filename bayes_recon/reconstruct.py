@@ -43,6 +43,7 @@ from bayes_recon.objective import (
     build_hessian,
     build_mass_quadratic,
     build_objective,
+    build_point_derivatives,
     information_penalty,
     kink_bandwidths,
     value_size,
@@ -52,7 +53,6 @@ from bayes_recon.selfcheck import SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
 from bayes_recon.standard_errors import (
     Sandwich,
-    SandwichOverBudget,
     build_sandwich,
     moment_errors,
     statistic_covariance,
@@ -171,12 +171,6 @@ class AttackSetup(NamedTuple):
     draws: Array  # (S, d), in the attack's coordinates
 
 
-# The time the CLI and the audit give the standard errors (Reconstruction.standard_errors_within). At 120 s
-# (the issue's bar for a whole attack at M = 50) the registry at M = 50 lost them on 15 of 22 posteriors,
-# projected at 2-9 min (300-700 parameters); nes1972's first pass alone at 5 min (1,400 parameters).
-STANDARD_ERRORS_SECONDS = 300.0
-
-
 @dataclass(frozen=True)
 class Reconstruction:
     """The best restart's measure, its objective, and the convergence history of every restart.
@@ -277,7 +271,7 @@ class Reconstruction:
         objective``), so the true data's value and its Monte Carlo error come from the same draws and
         slices."""
         data = {k: jnp.asarray(v) for k, v in points.items()}
-        terms, penalty, _ = self._objective_parts()
+        terms, penalty = self._objective_parts()
         return np.asarray(jax.jit(terms)(data, jnp.asarray(weights)) + penalty(data))
 
     @cached_property
@@ -285,26 +279,9 @@ class Reconstruction:
         """How tightly the release's draws determine N and every free coordinate's mean, sd and
         pairwise covariance: their Monte Carlo standard errors at the result (the sandwich covariance
         of the attack's optimum, :mod:`bayes_recon.standard_errors`), in the units and under the keys
-        of :func:`statistics_spread`. Computed the first time it is read, then kept: seconds to minutes,
-        growing as the square of the measure's parameters (points × (coordinates + 1); see
-        :meth:`standard_errors_within`)."""
+        of :func:`statistics_spread`. Computed the first time it is read, then kept: seconds, up to about
+        as long as the attack (nes1972 at M = 50, 1,400 parameters: 40 s)."""
         return moment_errors(self._sandwich, self.measure.points)
-
-    def standard_errors_within(self, seconds: float = STANDARD_ERRORS_SECONDS) -> dict[str, float]:
-        """:attr:`standard_errors`, unless computing them would take longer than ``seconds``: then
-        :class:`bayes_recon.standard_errors.SandwichOverBudget` says how long, after a few of its blocks.
-        What the CLI and the audit read: nes1972 at M = 10 (40 points of 9 columns) took 104 s, and the cost
-        grows as the square of the parameters."""
-        over = self.__dict__.get("_sandwich_over_budget")
-        if over is not None and seconds <= over.seconds:
-            raise over  # found once, not paid for again by every reader (the CLI's line, its JSON, …)
-        if "_sandwich" not in self.__dict__:  # the cached property's slot, filled here within the time
-            try:
-                self.__dict__["_sandwich"] = self._build_sandwich(seconds)
-            except SandwichOverBudget as found:
-                self.__dict__["_sandwich_over_budget"] = found
-                raise
-        return self.standard_errors
 
     def statistic_covariance(
         self, statistic: Callable[[Mapping[str, Array], Array], Array]
@@ -315,19 +292,20 @@ class Reconstruction:
 
     @cached_property
     def _sandwich(self) -> Sandwich:
-        return self._build_sandwich(None)
-
-    def _build_sandwich(self, seconds: float | None) -> Sandwich:
+        setup, metadata = self.setup, self.measure.meta
+        problem = ScoreMatching(
+            setup.weighted_model, setup.layout, setup.coordinates, metadata["estimator"], self.config.n_slices
+        )
+        # on the attack's draws and slices (seed + 1: those of its objective on every draw)
+        derivatives = build_point_derivatives(problem, setup.draws, metadata["seed"] + 1)
         points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
-        weights = jnp.asarray(self.measure.weights)
-        terms, penalty, size = self._objective_parts()
-        return build_sandwich(terms, penalty, self.setup.layout, points, weights, size, seconds)
+        return build_sandwich(derivatives, setup.layout, points, jnp.asarray(self.measure.weights))
 
     def _objective_parts(
         self,
-    ) -> tuple[Callable[[Mapping[str, Array], Array], Array], Callable[[Mapping[str, Array]], Array], int]:
+    ) -> tuple[Callable[[Mapping[str, Array], Array], Array], Callable[[Mapping[str, Array]], Array]]:
         """The objective as the attack computes it, on its draws and slices: (its per-draw terms at a
-        measure, the information penalty at its points, the numbers one term holds per pseudo-point)."""
+        measure, the information penalty at its points)."""
         setup, metadata = self.setup, self.measure.meta
         n_draws, dim = setup.draws.shape
         estimator = metadata["estimator"]
@@ -352,7 +330,7 @@ class Reconstruction:
             bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, data, setup.draws)
             return information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data, bandwidths)
 
-        return terms, penalty, size
+        return terms, penalty
 
 
 @float64

@@ -24,14 +24,12 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from bayes_recon.reconstruct import DETERMINED_WITHIN, STANDARD_ERRORS_SECONDS
-from bayes_recon.standard_errors import SandwichOverBudget
+from bayes_recon.reconstruct import DETERMINED_WITHIN
 from recon_core.headline import Headline, Severity, number, percent, words
 
 if TYPE_CHECKING:
     from bayes_recon.audit import Audit, Verdict
     from bayes_recon.identifiability import Statistic, Variable
-    from bayes_recon.reconstruct import Reconstruction
     from recon_core.measure import WeightedMeasure
 
 Kind = Literal["count", "mean", "variance", "covariance", "statistic"]
@@ -86,9 +84,7 @@ class Findings:
     restarts: int
     restarts_agreeing: int
     restart_spread: float
-    # the largest over N and the columns' moments (statistics_spread's units); NaN: not computed, they
-    # would take longer than STANDARD_ERRORS_SECONDS
-    standard_error: float
+    standard_error: float  # the largest over N and the columns' moments (statistics_spread's units)
     smaller: tuple[SmallerRelease, ...]
     noisy: tuple[NoisyRelease, ...] | None
     file_leaks: tuple[Mapping[str, Any], ...] = ()
@@ -141,15 +137,8 @@ def findings(audit: Audit) -> Findings:
         smaller=smaller,
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
-        standard_error=_largest_standard_error(recon),
+        standard_error=max(recon.standard_errors.values()),
     )
-
-
-def _largest_standard_error(recon: Reconstruction) -> float:
-    try:
-        return max(recon.standard_errors_within().values())
-    except SandwichOverBudget:
-        return math.nan
 
 
 def quantities(
@@ -341,28 +330,22 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             if found.restarts == 1
             else f"Only one of {found.restarts} restarts reached the best objective"
         ) + ", so there is no spread between restarts to compare (more with --restarts)."
-    if math.isnan(found.standard_error):
-        determined = (
-            "How tightly the release determines the attack's statistics was not computed: their "
-            f"standard errors would take longer than {STANDARD_ERRORS_SECONDS:.0f} s here."
+    size = (
+        f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "
+        "correlation)"
+        if math.isfinite(found.standard_error)
+        else "by an unbounded amount (a standard error that is not finite)"
+    )
+    determined = (
+        "Other draws of the same posterior would move the attack's N and columns' means, sds and "
+        f"covariances {size}"
+        + (
+            ": the release determines them about that tightly."
+            if 2 * found.standard_error < DETERMINED_WITHIN
+            else ": the release does not determine them all; read those values as one data set it "
+            "cannot tell from the truth."
         )
-    else:
-        size = (
-            f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "
-            "correlation)"
-            if math.isfinite(found.standard_error)
-            else "by an unbounded amount (a standard error that is not finite)"
-        )
-        determined = (
-            "Other draws of the same posterior would move the attack's N and columns' means, sds and "
-            f"covariances {size}"
-            + (
-                ": the release determines them about that tightly."
-                if 2 * found.standard_error < DETERMINED_WITHIN
-                else ": the release does not determine them all; read those values as one data set it "
-                "cannot tell from the truth."
-            )
-        )
+    )
     return check, spread, determined
 
 

@@ -52,9 +52,7 @@ Registry part (``--registry``): every registry posterior present in posteriordb,
 ``benchmarks/bayes_posteriordb.py``'s own loop and oracle columns, with the truth bar, the
 self-check's verdict, the unseen mass, the number of parameters d, the peak memory and N's standard
 error and z added (printed under each row, and in the JSON rows); each posterior in a fresh process,
-so the peak is its own. The standard errors as the CLI computes them, within its time
-(``r.standard_errors_within()``, ``STANDARD_ERRORS_SECONDS``), else "not computed" with the projected
-time.
+so the peak is its own. The standard errors as the CLI computes them (``r.standard_errors``).
 
 Prints a line per run (with J_attack − J_truth and the tolerance), then a table per family × N × k
 × M (seeds aggregated: mean and [min, max]; "ΔJ / tol" is (J_attack − J_truth) / tolerance, the bar
@@ -97,8 +95,6 @@ import bayes_recon as br
 from bayes_recon.models import REGISTRY, LinearGaussian
 from bayes_recon.oracle import oracle_for
 from bayes_recon.posteriordb import load_posterior
-from bayes_recon.reconstruct import STANDARD_ERRORS_SECONDS
-from bayes_recon.standard_errors import SandwichOverBudget
 from recon_core.jsonio import jsonable
 
 # float64 before anything here makes a JAX array: importing bayes_recon no longer switches it on.
@@ -607,10 +603,6 @@ def synthetic(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
         print("\n".join(bar_lines(group)))
 
 
-class NotAsked(Exception):
-    """The standard errors were not asked for."""
-
-
 def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
     """bayes_posteriordb's rows of one posterior (its loop and oracle columns), each with the truth bar, the
     self-check's verdict, the unseen mass, the parameters d and the peak memory after its attack (its
@@ -627,17 +619,12 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         row["self_check"] = result.self_check.to_json()
         row["unseen_mass"] = result.unseen_mass
         started = time.perf_counter()
-        try:  # as the CLI computes them: within its time
-            if not args.standard_errors_seconds:
-                raise NotAsked("not asked for (--standard-errors-seconds 0)")
-            errors = result.standard_errors_within(args.standard_errors_seconds)
-            mass, n_true = result.measure.total_mass(), len(np.asarray(data[entry.free[0]]))
-            row["z_N"] = (mass - n_true) / (errors["total_mass"] * mass)
-            said = f"N se {100 * errors['total_mass']:.2f} %, z_N {row['z_N']:+.2f}, largest se " + (
-                f"{max(errors.values()):.3f}"
-            )
-        except (SandwichOverBudget, NotAsked) as over:
-            errors, row["standard_errors_skipped"], said = None, str(over), f"standard errors: {over}"
+        errors = result.standard_errors
+        mass, n_true = result.measure.total_mass(), len(np.asarray(data[entry.free[0]]))
+        row["z_N"] = (mass - n_true) / (errors["total_mass"] * mass)
+        said = f"N se {100 * errors['total_mass']:.2f} %, z_N {row['z_N']:+.2f}, largest se " + (
+            f"{max(errors.values()):.3f}"
+        )
         row["standard_errors"] = errors
         row["standard_errors_seconds"] = time.perf_counter() - started
         print(
@@ -735,12 +722,6 @@ def main() -> None:
     parser.add_argument("--posteriordb", type=Path, default=bayes_posteriordb.SHARED)
     parser.add_argument(
         "--bootstrap", type=int, help="with --registry: bootstrap resamples of the oracle (100)"
-    )
-    parser.add_argument(
-        "--standard-errors-seconds",
-        type=float,
-        default=STANDARD_ERRORS_SECONDS,
-        help="with --registry: the standard errors' time, as the CLI's (0: not computed)",
     )
     parser.add_argument(
         "--json",

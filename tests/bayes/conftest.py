@@ -97,7 +97,7 @@ def fake_reconstruct(monkeypatch):
             self_check=_stand_in_self_check(calls[-1].seed != 13), restart_spread=lambda: {"total_mass": 0.0},
             restart_objectives=np.array([-1.5]), at_best=lambda: np.array([True]), converged=lambda: True,
             bootstrap={"objective": np.array([-1.4, -1.6])}, bootstrap_spread=lambda: {"total_mass": 0.02},
-            standard_errors_within=lambda: {"total_mass": 0.02}, unseen_mass=0.0,
+            standard_errors={"total_mass": 0.02}, unseen_mass=0.0,
         )  # fmt: skip
 
     monkeypatch.setattr(pipeline, "reconstruct", reconstruct)

@@ -19,7 +19,6 @@ import pytest
 
 from bayes_recon import cli, pipeline
 from bayes_recon.cli import main
-from bayes_recon.standard_errors import SandwichOverBudget
 from recon_core.measure import WeightedMeasure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,7 +120,7 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
     recon = SimpleNamespace(
         measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
         config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
-        bootstrap_spread=lambda: None, standard_errors_within=lambda: {"total_mass": 0.01}, unseen_mass=0.0,
+        bootstrap_spread=lambda: None, standard_errors={"total_mass": 0.01}, unseen_mass=0.0,
         converged=lambda: True,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
@@ -220,9 +219,6 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
         def converged(self) -> bool:
             return self.settled
 
-        def standard_errors_within(self, seconds: float = 300.0) -> dict[str, float]:
-            return self.standard_errors
-
         def bootstrap_spread(self) -> dict[str, float]:
             return self.standard_errors
 
@@ -250,15 +246,4 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     short = cli.describe_determined(Result(tight, settled=False))  # at the step cap: may understate
     assert short.startswith("the last stage stopped short of the optimum (see convergence), so these may")
     assert cli.describe_bootstrap(Result(tight)).startswith("the attack run again on 2 resamples")
-
-    class TooLong(Result):
-        def standard_errors_within(self, seconds: float = 300.0) -> dict[str, float]:
-            raise SandwichOverBudget(2_200, 2_580.0, seconds)
-
-    skipped = cli.describe_determined(TooLong(tight, unseen_mass=0.8))
-    assert skipped.startswith("N is NOT determined")  # what is known without them is still said
-    assert (
-        "standard errors not computed: the sandwich over the measure's 2,200 parameters would take about "
-        "43 min (more than 300 s); in Python, Reconstruction.standard_errors computes them" in skipped
-    )
     assert "did not finish" in cli.describe_bootstrap(Result({"total_mass": float("inf")}))

@@ -12,7 +12,7 @@ import pytest
 from numpyro.distributions import constraints
 
 from bayes_recon import pseudo
-from bayes_recon.divergence import Coordinates, score_matching_objective
+from bayes_recon.divergence import Coordinates, score_matching_objective, score_matching_terms
 from bayes_recon.draws import as_draws
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import lookup
@@ -22,6 +22,7 @@ from bayes_recon.objective import (
     build_hessian,
     build_mass_quadratic,
     build_objective,
+    build_point_derivatives,
     draw_slices,
     information_penalty,
     kink_bandwidths,
@@ -29,6 +30,7 @@ from bayes_recon.objective import (
 )
 from bayes_recon.optimise import columns_hessian
 from bayes_recon.posteriordb import load_posterior
+from bayes_recon.standard_errors import measure_parameters
 from bayes_recon.weighting import WeightedModel
 
 KIDIQ = "kidiq-kidscore_momiq"
@@ -99,6 +101,34 @@ def test_the_hessian_from_each_points_derivatives_is_the_objectives_own(estimato
     expected = columns_hessian(lambda p, k: objective(p, base, k))(params, jax.random.PRNGKey(0))
     found = jax.jit(lambda p: hessian(lambda q: q, p, base))(params)
     np.testing.assert_allclose(found, expected, rtol=1e-7, atol=1e-9 * float(jnp.abs(expected).max()))
+
+
+@pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])
+def test_the_sandwichs_derivatives_from_each_points_are_the_objectives_own(estimator):
+    """In the measure's own parameters (its points' coordinates and log-weights) the Hessian and every
+    draw's gradient from D + 1 passes over the points are those of the per-draw terms taken whole, P
+    directions each, with the information penalty active (in the Hessian; the draws' gradients leave it
+    out)."""
+    problem, z, params, base = logistic_attack(estimator)
+    points, weights = pseudo.measure(problem.layout, params, base)
+    phi, unpack, points_of = measure_parameters(problem.layout, points, weights)
+    slices = draw_slices(estimator, jax.random.PRNGKey(5), z.shape[0], 3, z.shape[1])
+
+    def terms(p):
+        data, w = unpack(p)
+        log_q = problem.coordinates.pull_back(lambda th: problem.weighted.log_density(th, data, w))
+        return score_matching_terms(log_q, z, slices, estimator, None)
+
+    def objective(p):
+        penalty = information_penalty(problem.weighted, problem.coordinates, z, unpack(p)[0])
+        return jnp.mean(terms(p)) + penalty
+
+    assert float(information_penalty(problem.weighted, problem.coordinates, z, points)) > 0.0
+    hessian, gradients = build_point_derivatives(problem, z, 5)(points_of, phi, per_draw=True)
+    expected = jax.hessian(objective)(phi)
+    np.testing.assert_allclose(hessian, expected, rtol=1e-7, atol=1e-9 * float(jnp.abs(expected).max()))
+    expected = jax.jacfwd(terms)(phi)
+    np.testing.assert_allclose(gradients, expected, rtol=1e-7, atol=1e-9 * float(jnp.abs(expected).max()))
 
 
 @pytest.mark.parametrize("estimator", ["exact", "sliced", "sliced_vr"])

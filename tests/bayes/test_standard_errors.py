@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import pickle
-
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bayes_recon import pseudo, standard_errors
+from bayes_recon import pseudo
 from bayes_recon.precision import float64
 from bayes_recon.standard_errors import (
-    SandwichOverBudget,
-    build_sandwich,
     effective_size,
+    measure_parameters,
     moment_errors,
+    sandwich_of,
     statistic_covariance,
 )
 from recon_core.errors import ReconError
@@ -42,7 +41,15 @@ def _sandwich(theta: np.ndarray, noisy_flat_direction: float = 0.0):
     terms = _terms_of(theta, noisy_flat_direction)
     middle = SUM * float(np.mean(theta)) / 2
     points = {"x": jnp.array([middle + 1.0, middle - 1.0])}
-    return build_sandwich(terms, lambda data: 0.0, LAYOUT, points, jnp.ones(2), size=1), points
+    return _black_box_sandwich(terms, points), points
+
+
+def _black_box_sandwich(terms, points):
+    """The sandwich of per-draw ``terms(data, weights)`` (no penalty), their derivatives taken whole."""
+    phi, unpack, _ = measure_parameters(LAYOUT, points, jnp.ones(2))
+    hessian = jax.hessian(lambda p: jnp.mean(terms(*unpack(p))))(phi)
+    gradients = jax.jacfwd(lambda p: terms(*unpack(p)))(phi)
+    return sandwich_of(phi, unpack, np.asarray(hessian), np.asarray(gradients))
 
 
 @float64
@@ -106,7 +113,7 @@ def test_a_column_s_units_do_not_change_its_standard_error():
             return _terms_of(theta, 0.5)({"x": data["x"] / factor}, weights)
 
         scaled_points = {"x": points["x"] * factor}
-        scaled = build_sandwich(terms, lambda data: 0.0, LAYOUT, scaled_points, jnp.ones(2), size=1)
+        scaled = _black_box_sandwich(terms, scaled_points)
         for key, value in moment_errors(base, points).items():
             assert moment_errors(scaled, scaled_points)[key] == pytest.approx(value, rel=1e-6, abs=1e-8), key
 
@@ -121,27 +128,3 @@ def _terms_of(theta: np.ndarray, noisy_flat_direction: float):
         return fit + noisy_flat_direction * (x[0] - x[1]) * centred
 
     return terms
-
-
-@float64
-def test_a_sandwich_that_would_take_longer_than_its_time_stops_after_its_first_blocks(monkeypatch):
-    """One direction per block (4 parameters: 4 blocks a pass) on a clock that ticks 10 s per reading:
-    after the second block of the first pass, 30 s have gone and the pace is 10 s a block, so the two
-    blocks left and the Hessian's four more come to 90 s ("more than": the Hessian costs more)."""
-    monkeypatch.setattr(standard_errors, "CHUNK_BUDGET", 1)
-    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=100)
-    points = {"x": jnp.array([1.0, -1.0])}
-
-    def build(seconds: float):
-        return build_sandwich(
-            _terms_of(theta, 0.0), lambda data: 0.0, LAYOUT, points, jnp.ones(2), 1, seconds
-        )
-
-    ticks = iter(range(0, 10**6, 10))
-    monkeypatch.setattr(standard_errors.time, "perf_counter", lambda: float(next(ticks)))
-    with pytest.raises(SandwichOverBudget, match="4 parameters would take more than 90 s") as over:
-        build(seconds=85)
-    assert over.value.projected == 90 and over.value.at_least
-    assert pickle.loads(pickle.dumps(over.value)).projected == 90  # it crosses process boundaries
-    ticks = iter(range(0, 10**6, 10))
-    assert build(seconds=10**6).inverse_hessian.shape == (4, 4)  # given the time, it finishes
