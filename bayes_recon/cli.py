@@ -543,7 +543,8 @@ def _leaves_n_open(recon: Any) -> bool:
 
 def describe_remedies(recon: Any, points: int) -> str:
     """What to rerun with when the self-check failed: more pseudo-points, and where they apply a longer
-    last stage (it stopped at its cap) and more restarts (some ended above the best).
+    last stage (it stopped at its cap, on mass the release sees) and more restarts (some ended above the
+    best).
 
     Points first: a likelihood that the data enter through more than a few statistics (a kink, several
     modes) cannot be reproduced by too few of them, however well optimised, and more steps can do harm

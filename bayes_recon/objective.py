@@ -7,15 +7,16 @@ pseudo-point within the Fisher information a real data point can carry. The weig
 is a sum of one term per point, so everything is built from every point's own score and curvature at
 each draw (:func:`point_terms`) and the prior's (:func:`prior_terms`): the objective, its exact
 quadratic in the total mass (:func:`build_mass_quadratic`, the grid's), and its Hessian in the
-pseudo-data's parameters from derivatives in each point's own coordinates (:func:`build_hessian`,
-Newton's). The memory budgets (:data:`GRADIENT_BUDGET`, :data:`VALUE_BUDGET`) decide how many draws
+pseudo-data's parameters from derivatives in each point's own coordinates, with every draw's gradient
+(:func:`build_point_derivatives`: Newton's, through :func:`build_hessian`, and the standard errors'
+sandwich). The memory budgets (:data:`GRADIENT_BUDGET`, :data:`VALUE_BUDGET`) decide how many draws
 (or grid candidates) go through at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -244,8 +245,8 @@ def gram_in_chunks(fn: Callable[[Any], Array], xs: Any, at_once: int) -> Array:
         rows = jax.vmap(fn)(part) * kept[i][:, None, None]
         return total + jnp.einsum("skp,skq->pq", rows, rows)
 
-    size = jax.eval_shape(fn, jax.tree_util.tree_map(lambda x: x[0], xs)).shape[-1]
-    return jax.lax.fori_loop(0, chunks, add, jnp.zeros((size, size)))
+    row = jax.eval_shape(fn, jax.tree_util.tree_map(lambda x: x[0], xs))
+    return jax.lax.fori_loop(0, chunks, add, jnp.zeros((row.shape[-1],) * 2, row.dtype))
 
 
 # params → the points' unconstrained coordinates (n, D), discrete values (n, B) and weights (n,), as
@@ -253,8 +254,13 @@ def gram_in_chunks(fn: Callable[[Any], Array], xs: Any, at_once: int) -> Array:
 PointsOf = Callable[[Any], tuple[Array, Array, Array]]
 
 
-# (points_of, params, per_draw) → (the objective's Hessian (P, P), each draw's term's gradient (S, P) or None)
-PointDerivatives = Callable[..., tuple[Array, Array | None]]
+class PointDerivatives(Protocol):
+    """The objective's Hessian (P, P) in ``params`` and, with ``per_draw``, every draw's term's gradient
+    (S, P)."""
+
+    def __call__(
+        self, points_of: PointsOf, params: Any, per_draw: bool = False
+    ) -> tuple[Array, Array | None]: ...
 
 
 def build_point_derivatives(

@@ -10,11 +10,11 @@ divided by its effective sample size (:func:`effective_size`, in the draws' orde
 another), so that autocorrelated draws count for what they are worth (a home-made Geyer estimator
 put the kidiq attack's influence values at 0.73 S where ArviZ's, used here, finds 0.89–0.95 S).
 Left out of V: the draws' share in the information penalty (zero wherever no pseudo-point carries
-more information than a data point could) and in a kinked likelihood's bandwidths. H and the draws'
-gradients come from derivatives in each point's own coordinates
-(:func:`bayes_recon.objective.build_point_derivatives`): D + 1 passes through the points instead of one
-per parameter. nes1972 at M = 50 (200 points of nine columns, 1,400 parameters, 10,000 draws): 40 s,
-where one pass per parameter had not finished its first half in 5 min.
+more information than a data point could); of H and V: how a kinked likelihood's bandwidths move with
+the points (they are held at the points' values). H and the draws' gradients come from derivatives in
+each point's own coordinates (:func:`bayes_recon.objective.build_point_derivatives`): D + 1 passes
+through the points instead of one per parameter. nes1972 at M = 50 (200 points of nine columns, 1,400
+parameters, 10,000 draws): 18 s, where one pass per parameter had not finished its first half in 5 min.
 
 Why not a bootstrap of the attack: a refit started near φ̂ barely moves along the directions the
 objective leaves nearly flat, and those are what the draws do not determine. A logistic regression
@@ -50,12 +50,15 @@ FLAT = 1e-9  # of the scaled H's largest |eigenvalue|, added to every |eigenvalu
 TINY = 1e-300  # weights that underflowed to 0 (their log), columns without spread (their sd)
 
 
+Unpack = Callable[[Array], tuple[dict[str, Array], Array]]  # φ → (points, weights)
+
+
 class Sandwich(NamedTuple):
     """The sandwich at a measure: its parameters φ, the map back to (points, weights), the inverse of
     the regularised Hessian and the per-draw gradients, centred."""
 
     phi: Array
-    unpack: Callable[[Array], tuple[dict[str, Array], Array]]
+    unpack: Unpack
     inverse_hessian: np.ndarray  # (P, P)
     gradients: np.ndarray  # (S, P)
 
@@ -68,9 +71,7 @@ def build_sandwich(derivatives: PointDerivatives, layout: Layout, points: Data, 
     return sandwich_of(phi, unpack, np.asarray(hessian), np.asarray(gradients))
 
 
-def sandwich_of(
-    phi: Array, unpack: Callable[[Array], tuple], hessian: np.ndarray, gradients: np.ndarray
-) -> Sandwich:
+def sandwich_of(phi: Array, unpack: Unpack, hessian: np.ndarray, gradients: np.ndarray) -> Sandwich:
     """The sandwich from the objective's Hessian (P, P) and the draws' terms' gradients (S, P) at ``phi``."""
     diagonal = np.abs(np.diag(hessian))
     scale = 1 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
@@ -158,9 +159,7 @@ def moments_of(names: list[str]) -> Callable[[Data, Array], Array]:
     return moments
 
 
-def measure_parameters(
-    layout: Layout, points: Data, weights: Array
-) -> tuple[Array, Callable[[Array], tuple], PointsOf]:
+def measure_parameters(layout: Layout, points: Data, weights: Array) -> tuple[Array, Unpack, PointsOf]:
     """φ (unconstrained continuous coordinates, then log-weights), the map back to (points, weights), and
     to the points' coordinates, discrete values and weights (:data:`bayes_recon.objective.PointsOf`)."""
     n_points = weights.shape[0]
