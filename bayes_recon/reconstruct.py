@@ -34,7 +34,7 @@ from numpyro.distributions.constraints import Constraint
 
 from bayes_recon import programs, pseudo
 from bayes_recon.checkpoint import Checkpoint, fingerprint
-from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, rademacher_slices, score_matching_terms
+from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, score_matching_terms
 from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.objective import (
     GRADIENT_BUDGET,
@@ -44,6 +44,7 @@ from bayes_recon.objective import (
     build_mass_quadratic,
     build_objective,
     build_point_derivatives,
+    draw_slices,
     information_penalty,
     kink_bandwidths,
     value_size,
@@ -309,12 +310,8 @@ class Reconstruction:
         setup, metadata = self.setup, self.measure.meta
         n_draws, dim = setup.draws.shape
         estimator = metadata["estimator"]
-        slices = (
-            None
-            if estimator == "exact"
-            else rademacher_slices(
-                jax.random.PRNGKey(metadata["seed"] + 1), n_draws, self.config.n_slices, dim
-            )
+        slices = draw_slices(
+            estimator, jax.random.PRNGKey(metadata["seed"] + 1), n_draws, self.config.n_slices, dim
         )
         size = dim * value_size(estimator, dim, self.config.n_slices)
 

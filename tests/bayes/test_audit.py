@@ -160,6 +160,7 @@ class Stopped(Exception):
     """Stands in for the audit being killed after its attack's first round."""
 
 
+@pytest.mark.slow  # 36 s; the attack's own resume is in test_resume.py, in the default run
 def test_an_interrupted_audit_resumes_its_attack_from_the_checkpoint(tmp_path):
     from bayes_recon import checkpoint
 

@@ -105,7 +105,7 @@ def test_the_hessian_from_each_points_derivatives_is_the_objectives_own(estimato
     objective = build_objective(problem, z, 5)
     hessian = build_hessian(problem, z, 5)
 
-    expected = columns_hessian(lambda p, k: objective(p, base, k))(params, jax.random.PRNGKey(0))
+    expected = jax.jit(columns_hessian(lambda p, k: objective(p, base, k)))(params, jax.random.PRNGKey(0))
     found = jax.jit(lambda p: hessian(lambda q: q, p, base))(params)
     np.testing.assert_allclose(found, expected, rtol=1e-7, atol=1e-9 * float(jnp.abs(expected).max()))
 
@@ -136,10 +136,11 @@ def test_the_sandwichs_derivatives_from_each_points_are_the_objectives_own(estim
         return jnp.mean(terms(p)) + penalty
 
     assert float(information_penalty(problem.weighted, problem.coordinates, z, points)) > 0.0
-    hessian, gradients = build_point_derivatives(problem, z, 5)(points_of, phi, per_draw=True)
-    expected = jax.hessian(objective)(phi)
+    derivatives = build_point_derivatives(problem, z, 5)
+    hessian, gradients = jax.jit(lambda p: derivatives(points_of, p, per_draw=True))(phi)
+    expected = jax.jit(jax.hessian(objective))(phi)
     np.testing.assert_allclose(hessian, expected, rtol=1e-7, atol=1e-9 * float(jnp.abs(expected).max()))
-    expected = jax.jacfwd(terms)(phi)
+    expected = jax.jit(jax.jacfwd(terms))(phi)
     np.testing.assert_allclose(gradients, expected, rtol=1e-7, atol=1e-9 * float(jnp.abs(expected).max()))
 
 
