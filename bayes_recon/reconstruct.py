@@ -52,12 +52,7 @@ from bayes_recon.objective import (
 from bayes_recon.precision import float64
 from bayes_recon.selfcheck import SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
-from bayes_recon.standard_errors import (
-    Sandwich,
-    build_sandwich,
-    moment_errors,
-    statistic_covariance,
-)
+from bayes_recon.standard_errors import Sandwich, build_sandwich, moment_errors, statistic_covariance
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
@@ -281,7 +276,7 @@ class Reconstruction:
         pairwise covariance: their Monte Carlo standard errors at the result (the sandwich covariance
         of the attack's optimum, :mod:`bayes_recon.standard_errors`), in the units and under the keys
         of :func:`statistics_spread`. Computed the first time it is read, then kept: seconds, up to about
-        as long as the attack (nes1972 at M = 50, 1,400 parameters: 40 s)."""
+        as long as the attack (nes1972 at M = 50, 1,400 parameters: 18 s)."""
         return moment_errors(self._sandwich, self.measure.points)
 
     def statistic_covariance(
