@@ -49,7 +49,10 @@ CONFIG_OPTIONS = {
     "restarts_at_once": "restarts batched together (default: all on an accelerator, 1 on a CPU)",
     "rounds_at_once": "rounds of restarts run side by side in threads (default: on a CPU one fewer than "
     "the cores, as memory allows; 1 on an accelerator; as many as the cores can hang)",
-    "steps": "optimisation steps that move every point and weight",
+    "steps": "optimisation steps that move every point and weight (and polish them in each Frank–Wolfe "
+    "round)",
+    "refine_rounds": "Frank–Wolfe rounds on the best restart when it fails the self-check: points added "
+    "where weight lowers the objective, weights solved exactly (0: none)",
     "estimator": "Fisher-divergence estimator (auto: exact up to 20 parameters)",
     "method": "optimiser of the final stage",
     "coordinates": "coordinates of the parameters the divergence is measured in",
@@ -519,20 +522,37 @@ RESTARTS_AGREE_BELOW = 0.05
 
 
 def describe_convergence(recon: Any) -> str:
-    """Whether the last stage of the best restart stopped on its own or at its step cap."""
+    """Whether the attack's last step stopped on its own: the Frank–Wolfe rounds, where they ran, else the
+    last stage of the best restart."""
     converged, cap = recon.converged(), recon.config.steps
     if converged is None:
         return f"minibatches of draws: Adam ran all {cap} steps (it has no stopping rule)."
+    refined = "refine_converged" in recon.history
+    if converged and refined:
+        return (
+            "the Frank–Wolfe rounds stopped when no point searched would gain, with weight, more than a "
+            "tenth of the objective's Monte Carlo error."
+        )
     if converged:
         return "the last stage stopped when the objective stopped changing."
-    capped = f"NOT reached: the last stage used all its {cap} steps while the objective was still changing"
+    if refined:
+        capped = (
+            f"NOT reached: all {recon.config.refine_rounds} Frank–Wolfe rounds ran and points that would "
+            "lower the objective were still found"
+        )
+        remedy = f"--refine-rounds {2 * recon.config.refine_rounds}"
+    else:
+        capped = (
+            f"NOT reached: the last stage used all its {cap} steps while the objective was still changing"
+        )
+        remedy = f"--steps {4 * cap}"
     if _leaves_n_open(recon):
         return (
             f"{capped}, but on mass the release does not see (see determined): more steps would mostly "
             "move that mass, which the draws cannot check (stop 34: 600 steps sent a logistic regression's "
             "N to 5.8e17)."
         )
-    return f"{capped}, so the result may be short of the optimum; rerun with --steps {4 * cap}."
+    return f"{capped}, so the result may be short of the optimum; rerun with {remedy}."
 
 
 def _leaves_n_open(recon: Any) -> bool:
@@ -559,7 +579,12 @@ def describe_remedies(recon: Any, points: int) -> str:
         "kink or several modes needs more of them than a Gaussian one)"
     ]
     if recon.converged() is False and not _leaves_n_open(recon):
-        remedies.append(f"--steps {4 * recon.config.steps} (the last stage stopped at its step cap)")
+        rounds = recon.config.refine_rounds
+        remedies.append(
+            f"--refine-rounds {2 * rounds} (the Frank–Wolfe rounds ran out)"
+            if "refine_converged" in recon.history
+            else f"--steps {4 * recon.config.steps} (the last stage stopped at its step cap)"
+        )
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
     if at_best < total:
         remedies.append(

@@ -340,7 +340,7 @@ def test_out_of_memory_is_a_clear_error_that_names_the_remedies(monkeypatch):
 
     monkeypatch.setattr(jax, "block_until_ready", exhausted)
     draws = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
-    config = br.ReconConfig(coarse_steps=1, steps=1, restarts=1)
+    config = br.ReconConfig(coarse_steps=1, steps=1, restarts=1, refine_rounds=0)
     with pytest.raises(br.ReconError, match=r"out of memory.*--points.*--max-draws.*--batch-size"):
         br.reconstruct(model, draws, free=["y"], n_points=3, config=config)
 

@@ -89,8 +89,9 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     the best."""
     measure = WeightedMeasure({"y": np.zeros((4, 1))}, np.full(4, 25.0))
     recon = SimpleNamespace(
-        measure=measure, config=SimpleNamespace(steps=150), converged=lambda: False,
+        measure=measure, config=SimpleNamespace(steps=150, refine_rounds=4), converged=lambda: False,
         restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]), unseen_mass=0.0,
+        history={},
     )  # fmt: skip
     words = cli.describe_remedies(recon, 4)
     points, steps, restarts = (words.index(f"--{o}") for o in ("points 20", "steps 600", "restarts 4"))
@@ -107,6 +108,11 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     assert "--steps" not in cli.describe_remedies(drifting, 4)
     assert "--steps" not in cli.describe_convergence(drifting)
     assert "on mass the release does not see" in cli.describe_convergence(drifting)
+    # Frank–Wolfe rounds that ran out: more of them, not more steps.
+    unfinished = SimpleNamespace(**{**vars(recon), "history": {"refine_converged": np.asarray(False)}})
+    assert "--refine-rounds 8" in cli.describe_remedies(unfinished, 4)
+    assert "--steps" not in cli.describe_remedies(unfinished, 4)
+    assert "all 4 Frank–Wolfe rounds ran" in cli.describe_convergence(unfinished)
 
 
 def test_quiet_draws_no_progress_bar(capsys, fake_reconstruct):

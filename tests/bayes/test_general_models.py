@@ -251,7 +251,7 @@ def test_mass_on_points_the_release_cannot_see_is_measured():
     x = rng.normal(size=200)
     y = (rng.uniform(size=200) < 1 / (1 + np.exp(-(0.3 + x)))).astype(float)
     draws = nuts(logistic_regression, x=x, y=y)
-    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, bootstrap=0)
+    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, bootstrap=0, refine_rounds=0)
     result = br.reconstruct(logistic_regression, draws, ["x", "y"], n_points=5, config=config)
     truth = dataclasses.replace(result, measure=WeightedMeasure({"x": x, "y": y}, np.ones(200)))
     assert truth.unseen_mass < UNSEEN_LEAVES_N_OPEN / 4

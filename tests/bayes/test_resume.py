@@ -63,7 +63,7 @@ def test_a_run_stopped_after_its_first_round_resumes_to_the_same_result(tmp_path
 
     reported: list[int] = []
     resumed = attack(progress=lambda done, total: reported.append(done), checkpoint=folder)
-    assert reported == [2, 3, 4]  # the kept rounds were read back; the third and the bootstrap's ran
+    assert reported == [2, 3, 4, 5]  # rounds read back; the third, the bootstrap's and the refinement ran
     assert same(resumed, reference)
     assert resumed.history["objective"].shape[0] == 3 and resumed.history["steps_taken"].shape == (3, 4)
 
@@ -121,11 +121,13 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
     """Three L-BFGS steps cannot settle the points: the run says so (the CLI prints it)."""
     from bayes_recon.cli import describe_convergence
 
-    capped = attack()
+    capped = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=replace(CONFIG, refine_rounds=0))
     assert capped.converged() is False
     assert "NOT reached" in describe_convergence(capped) and "--steps 12" in describe_convergence(capped)
     settled = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=CONFIG.__class__(steps=400))
     assert settled.converged() is True
+    kept = attack()  # the stages' result reproduces the release: no Frank–Wolfe rounds, the check kept
+    assert kept.checked is not None and kept.checked.reproduces and "refine_objectives" not in kept.history
 
 
 def test_rounds_run_side_by_side_give_the_result_of_one_round_at_a_time(tmp_path):

@@ -28,8 +28,8 @@ def kidiq():
     """The setup of a one-step attack (round_trip uses its model, coordinates and draws) and the data."""
     entry, posterior = lookup(KIDIQ), load_posterior(KIDIQ)
     data = entry.model_data(posterior.data)
-    result = br.reconstruct(entry.model, posterior.draws, free=list(entry.free), n_points=5,
-                            config=br.ReconConfig(coarse_steps=0, steps=1, restarts=1))  # fmt: skip
+    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, refine_rounds=0)
+    result = br.reconstruct(entry.model, posterior.draws, free=list(entry.free), n_points=5, config=config)
     return result.setup, {k: data[k] for k in entry.free}
 
 

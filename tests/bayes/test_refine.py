@@ -1,0 +1,104 @@
+"""The Frank–Wolfe rounds: exact weights, the first variation as the objective's derivative in a new
+point's weight, and a measure with its points in the wrong place repaired."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from scipy.optimize import minimize
+
+import bayes_recon as br
+from bayes_recon import refine as fw
+from bayes_recon.objective import ScoreMatching
+from bayes_recon.optimise import OptimiserConfig
+from bayes_recon.precision import float64
+
+RNG = np.random.default_rng(0)
+# about the posterior of 100 observations from Normal(1, 1)
+DRAWS = {"mu": RNG.normal(1.0, 0.1, 300), "sigma": np.exp(RNG.normal(0.0, 0.07, 300))}
+
+
+def model(y=None):
+    mu = numpyro.sample("mu", dist.Normal(0, 10))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(5))
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
+
+
+def refiner_of(n_points: int) -> fw.Refiner:
+    """The refiner of the attack on DRAWS (its problem and draws as the attack sets them up)."""
+    setup = br.reconstruct(model, DRAWS, free=["y"], n_points=n_points, config=br.ReconConfig(
+        coarse_steps=0, steps=3, restarts=1, refine_rounds=0)).setup  # fmt: skip
+    problem = ScoreMatching(setup.weighted_model, setup.layout, setup.coordinates, "exact", 4)
+    return fw.build_refiner(problem, setup.draws, 0, n_points, OptimiserConfig("lbfgs"), 100)
+
+
+def test_the_weights_are_the_exact_non_negative_optimum():
+    """KKT: w ≥ 0, the gradient Aw + b ≥ 0, and 0 where the weight is positive; A of rank 3 of 6, b in
+    its range (as the objective's: a combination of points whose scores vanish at every draw has no
+    curvature there either)."""
+    rng = np.random.default_rng(1)
+    f = rng.normal(size=(3, 6))
+    a, b = f.T @ f, f.T @ rng.normal(size=3)
+    w = fw._weights_solved(a, b)
+    gradient = a @ w + b
+    assert np.all(w >= 0) and np.all(gradient >= -1e-9) and np.allclose(gradient[w > 1e-9], 0, atol=1e-9)
+    bounded = minimize(lambda v: 0.5 * v @ a @ v + b @ v, np.ones(6), jac=lambda v: a @ v + b,
+                       bounds=[(0, None)] * 6, method="L-BFGS-B").x  # fmt: skip
+    assert 0.5 * w @ a @ w + b @ w <= 0.5 * bounded @ a @ bounded + b @ bounded + 1e-9
+
+
+@float64
+def test_the_first_variation_is_the_objectives_derivative_in_a_new_points_weight():
+    """The objective is exactly quadratic in a weight u at a new point x: J(u) = J(0) + u φ(x) + ½ u² a."""
+    refiner = refiner_of(4)
+    z = jnp.asarray([[0.5], [1.0], [1.5], [3.0]])  # the last is x, with weight u
+    objective = {u: float(refiner.current(z, jnp.asarray([30.0, 40.0, 30.0, u]))[1]) for u in (0.0, 1.0, 2.0)}
+    g = refiner.current(z, jnp.asarray([30.0, 40.0, 30.0, 0.0]))[0]
+    phi = float(refiner.screen(z[3:], jnp.zeros((1, 0)), g)[0])  # the screen's draws are all 300 here
+    curvature = objective[2.0] - 2 * objective[1.0] + objective[0.0]
+    assert np.isclose(objective[1.0] - objective[0.0] - 0.5 * curvature, phi, rtol=1e-8, atol=1e-10)
+    assert phi < 0 < curvature  # the data's mean is about 1: weight at 3 helps a measure centred there
+
+
+@float64
+def test_rounds_repair_a_measure_with_its_points_in_the_wrong_place():
+    """Points at 4 to 7 and far too little mass: the rounds lower the objective each round they keep,
+    and end where no point would gain, near the stages' own optimum."""
+    refiner = refiner_of(4)
+    found = fw.refine(refiner, np.arange(4.0, 8.0)[:, None], np.ones(4), rounds=6)
+    assert found.converged and len(found.objectives) > 1
+    assert np.all(np.diff(found.objectives) < 0)
+    settled = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=br.ReconConfig(refine_rounds=0))
+    assert abs(found.objective - settled.objective) < 1e-3 * abs(settled.objective)
+    assert abs(found.weights.sum() - settled.measure.total_mass()) < 0.02 * settled.measure.total_mass()
+
+
+def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkeypatch):
+    """Where the stages' result reproduces the release, it is returned with its check; where the check
+    fails (here: made to), the rounds run from it and the result is theirs."""
+    reconstruct_module = importlib.import_module(
+        "bayes_recon.reconstruct"
+    )  # the package's name is the function
+
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1)
+    passed = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+    assert passed.checked is passed.self_check and passed.self_check.reproduces
+    assert "refine_objectives" not in passed.history
+
+    checked = reconstruct_module.round_trip
+    monkeypatch.setattr(
+        reconstruct_module,
+        "round_trip",
+        lambda *a: replace(checked(*a), reproduces=False, reasons=("made to",)),
+    )
+    failed = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+    objectives = failed.history["refine_objectives"]
+    assert objectives[0] == pytest.approx(passed.objective) and failed.objective == objectives[-1]
+    assert np.all(np.diff(objectives) < 0) and failed.checked is None
