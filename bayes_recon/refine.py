@@ -23,9 +23,10 @@ Each round (:func:`refine`) is a fully corrective Frank–Wolfe step followed by
      objective is quadratic in them), the M heaviest of each stratum kept;
   3. every point and weight polished by L-BFGS on the objective, from there.
 A round is kept only if it lowers the objective, and its measure carries no more information than
-the release can (about d in the attack's whitened coordinates, with the margin INFORMATION_BOUND, or
-the stages' measure's if more): along points whose scores barely move over the draws the estimated
-objective can fall without end (a Student-t regression went to mass 1.3e7 and an objective of -9e11).
+a release can (about d in the attack's whitened coordinates, with the margin INFORMATION_BOUND):
+along points whose scores barely move over the draws the estimated objective can fall without end (a
+Student-t regression went to mass 1.3e7 and an objective of -9e11; a probit regression whose stages
+had ended on a wall of mass 1e18, to -3e8 below the true data's).
 The rounds stop when the best candidate alone would gain less than a tenth of the objective's Monte
 Carlo standard error (the measure is then optimal, up to what the draws can tell, against every point
 the search tried), or after ``rounds``. They run only where the stages' own result fails the
@@ -242,8 +243,8 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
     c = len(strata)
     rng = np.random.default_rng(refiner.seed)
     z, w = np.asarray(z, dtype=float), np.asarray(weights, dtype=float)
-    g, value, se, information = refiner.current(jnp.asarray(z), jnp.asarray(w))
-    most_information = max(INFORMATION_BOUND * refiner.problem.coordinates.scale.shape[0], float(information))
+    g, value, se, _ = refiner.current(jnp.asarray(z), jnp.asarray(w))
+    most_information = INFORMATION_BOUND * refiner.problem.coordinates.scale.shape[0]
     union_bits = jnp.concatenate([jnp.repeat(strata, m, axis=0), jnp.repeat(strata, added(m), axis=0)])
     objectives, gains, converged = [float(value)], [], False
     for _ in range(rounds):
