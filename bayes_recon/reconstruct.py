@@ -51,8 +51,8 @@ from bayes_recon.objective import (
 )
 from bayes_recon.optimise import OptimiserConfig
 from bayes_recon.precision import float64
-from bayes_recon.refine import Refiner, build_refiner, refine
-from bayes_recon.selfcheck import SelfCheck, round_trip
+from bayes_recon.refine import build_refiner, refine
+from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
 from bayes_recon.standard_errors import Sandwich, build_sandwich, moment_errors, statistic_covariance
 from bayes_recon.weighting import WeightedModel
@@ -104,7 +104,8 @@ class ReconConfig:
     locally and can end with points in the wrong places (a gamma regression with a covariate collapsed,
     3.2 Monte Carlo tolerances above the true data's objective and failing the self-check; after the
     rounds, below it and passing). Where the stages' result passes, the rounds are not run (and the
-    check is kept: :attr:`Reconstruction.self_check` costs nothing more). Not with minibatches.
+    check is kept for :attr:`Reconstruction.self_check`): every attack runs the self-check (NUTS, seconds).
+    Not with minibatches, nor without continuous columns, nor on fewer than 4 draws.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -402,7 +403,10 @@ def reconstruct(
     )
 
     problem = ScoreMatching(weighted, layout, coordinates, estimator, config.n_slices)
-    refining = bool(config.refine_rounds) and minibatch is None and layout.dim > 0
+    # the rounds' gate is the self-check, which needs SELF_CHECK_DRAWS draws
+    refining = (
+        bool(config.refine_rounds) and minibatch is None and layout.dim > 0 and len(z) >= SELF_CHECK_DRAWS
+    )
     units = total_rounds + refining  # for progress: the refinement counts as one round
 
     def objectives(draws: Array, coarse_draws: Array) -> Objectives:
@@ -546,10 +550,12 @@ def reconstruct(
         if refined is None:
             checked = round_trip(setup, measure.points, measure.weights)
             refined = {"stages_reproduce": np.asarray(True)}
-            if not checked.reproduces:
+            start = layout.unconstrain({k: jnp.asarray(v) for k, v in measure.points.items()})
+            if not checked.reproduces and np.all(np.isfinite(start)):  # a saturated point has no coordinates
                 optimiser = OptimiserConfig(config.method, config.learning_rate)
                 refiner = build_refiner(problem, z, seed, n_points, optimiser, config.steps)
-                refined = _refined(refiner, measure, config.refine_rounds)
+                found = refine(refiner, start, measure.weights, config.refine_rounds)
+                refined = {k: np.asarray(v) for k, v in found._asdict().items()}
                 checked = None
             if store is not None:
                 store.save(total_rounds, refined)
@@ -598,12 +604,6 @@ def reconstruct(
 # (N = 100) rounds in 8.3 s against 12.5 s, to the same objectives up to the order of the sums,
 # for about 1 s more compiling.
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_experimental_ynn_fusion_type": ""}
-
-
-def _refined(refiner: Refiner, measure: WeightedMeasure, rounds: int) -> dict[str, np.ndarray]:
-    """The Frank–Wolfe rounds on ``measure`` (:func:`bayes_recon.refine.refine`), as checkpoints keep them."""
-    z = refiner.problem.layout.unconstrain({k: jnp.asarray(v) for k, v in measure.points.items()})
-    return {k: np.asarray(v) for k, v in refine(refiner, z, measure.weights, rounds)._asdict().items()}
 
 
 def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:

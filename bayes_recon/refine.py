@@ -109,9 +109,10 @@ class Refiner(NamedTuple):
     # (z, w) → G, the objective, its se, the measure's information Σ_j w_j E_s |∇ log p(x_j | θ_s)|²
     current: Callable[[Array, Array], tuple[Array, Array, Array, Array]]
     screen: Callable[[Array, Array, Array], Array]  # (M points, their discrete values, G) → φ on a subset
-    descend: Callable[[Array, Array], tuple[Array, Array]]  # (C·K starts, G) → the points found, their gains
+    # (C·K starts, G) → the points found, their gains (NaN: a point the likelihood rules out)
+    descend: Callable[[Array, Array], tuple[Array, Array]]
     quadratic: Callable[[Array, Array], tuple[Array, Array]]  # (points, their bits) → A, b (in the weights)
-    polish: Callable[[pseudo.Pseudo], tuple[Array, Array, Array]]  # → z, w and the objective after it
+    polish: Callable[[pseudo.Pseudo], tuple[Array, Array]]  # → the points z and weights w after it
 
 
 def build_refiner(
@@ -208,8 +209,7 @@ def build_refiner(
 
         found = jax.vmap(one)(starts, added_bits)
         gain = first_variation(found, added_bits, g, draws, slices)[1]
-        usable = jnp.isfinite(gain) & jnp.all(jnp.isfinite(found), axis=1)  # else back to the start, unused
-        return jnp.where(usable[:, None], found, starts), jnp.where(usable, gain, 0.0)
+        return found, jnp.where(jnp.isfinite(gain) & jnp.all(jnp.isfinite(found), axis=1), gain, jnp.nan)
 
     def quadratic(z: Array, point_bits: Array) -> tuple[Array, Array]:
         """The objective in the weights of the points z: ½ wᵀAw + bᵀw + a constant. A is accumulated over
@@ -226,10 +226,10 @@ def build_refiner(
     full = build_objective(problem, draws, seed + 1)
     base = jnp.zeros((m, layout.dim))
 
-    def polish(params: pseudo.Pseudo) -> tuple[Array, Array, Array]:
+    def polish(params: pseudo.Pseudo) -> tuple[Array, Array]:
         final = minimise(lambda p, key: full(p, base, key), params, KEY, steps, config, tol=1e-9)[0]
         z, _, w = pseudo.coordinates(layout, final.params, base)
-        return z, w, final.value
+        return z, w
 
     jitted = (jax.jit(f) for f in (current, screen, descend, quadratic, polish))
     return Refiner(problem, n_points, seed, *jitted)
@@ -249,18 +249,24 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
     objectives, gains, converged = [float(value)], [], False
     for _ in range(rounds):
         starts = _screened(refiner.screen, _pool(z, w, c, m, rng), strata, g, m)
-        candidates, gain = refiner.descend(jnp.asarray(starts), g)
-        gains.append(float(jnp.max(gain)))
+        candidates, gain = (np.asarray(v) for v in refiner.descend(jnp.asarray(starts), g))
+        usable = np.isfinite(gain)
+        if not usable.any():  # every point found is one the likelihood rules out: nothing to tell
+            gains.append(np.nan)
+            continue
+        gains.append(float(gain[usable].max()))
         if gains[-1] < ALONE * se:  # no weight anywhere gains what the draws can tell from noise
             converged = True
             break
-        union = np.concatenate([z, np.asarray(candidates)])
+        # an unusable candidate stands in as a copy of its stratum's first point (the weights share it)
+        firsts = np.repeat(z[::m], added(m), axis=0)
+        union = np.concatenate([z, np.where(usable[:, None], candidates, firsts)])
         a, b = (np.asarray(v) for v in refiner.quadratic(jnp.asarray(union), union_bits))
-        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):  # a candidate the likelihood rules out
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):  # a point the likelihood rules out
             continue
         kept = _heaviest(_weights_solved(a, b), c, m)
         w_kept = _weights_solved(a[np.ix_(kept, kept)], b[kept])
-        z_new, w_new, _ = refiner.polish(_encoded(union[kept], w_kept, c, m, layout))
+        z_new, w_new = refiner.polish(_encoded(union[kept], w_kept, c, m, layout))
         g_new, value_new, se_new, information = refiner.current(z_new, w_new)
         if not (float(value_new) < objectives[-1] and information <= most_information):
             continue  # not kept; the next round searches afresh
@@ -300,8 +306,8 @@ def _screened(
         bits = jnp.broadcast_to(strata[s], (m, strata.shape[1]))
         phi = np.concatenate(
             [np.asarray(screen(jnp.asarray(padded[s, i : i + m]), bits, g)) for i in range(0, rows, m)]
-        )
-        best.append(padded[s, np.argsort(np.where(np.isfinite(phi), phi, np.inf))[: added(m)]])
+        )[:size]  # the padding repeats a candidate
+        best.append(pool[s, np.argsort(np.where(np.isfinite(phi), phi, np.inf))[: added(m)]])
     return np.concatenate(best)
 
 

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 BANDWIDTH_DRAWS = 1000  # released draws whose median pairwise distance sets the kernel's bandwidth
 
 
+SELF_CHECK_DRAWS = 4  # the fewest released draws the two-sample statistic's split can work with
+
+
 @dataclass(frozen=True)
 class SelfCheckConfig:
     """How :func:`round_trip` samples the pseudo-data's posterior and when it says it reproduces the release.
@@ -159,8 +162,10 @@ def round_trip(
     config = config or SelfCheckConfig()
     coordinates = setup.coordinates
     theta_p = np.asarray(coordinates.to_model(setup.draws))
-    if len(theta_p) < 4:
-        raise ReconError(f"the self-check needs at least 4 released draws, got {len(theta_p)}")
+    if len(theta_p) < SELF_CHECK_DRAWS:
+        raise ReconError(
+            f"the self-check needs at least {SELF_CHECK_DRAWS} released draws, got {len(theta_p)}"
+        )
     names = coordinate_names(setup.weighted_model)
     release = Coordinates.standardised(jnp.asarray(theta_p))
     data = {k: jnp.asarray(v) for k, v in points.items()}
