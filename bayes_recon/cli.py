@@ -671,7 +671,7 @@ def describe_determined(recon: Any) -> str:
     runs = "other draws of the same posterior would move the result by about one standard error: "
     if recon.converged() is False:  # the sandwich describes an optimum; short of it, it may say too little
         runs = (
-            "the last stage stopped short of the optimum (see convergence), so these may understate: " + runs
+            "the attack stopped short of the optimum (see convergence), so these may understate: " + runs
         )
     loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN}
     if not loose:

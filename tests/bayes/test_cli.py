@@ -250,6 +250,6 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     )
     assert "short of the optimum" not in said
     short = cli.describe_determined(Result(tight, settled=False))  # at the step cap: may understate
-    assert short.startswith("the last stage stopped short of the optimum (see convergence), so these may")
+    assert short.startswith("the attack stopped short of the optimum (see convergence), so these may")
     assert cli.describe_bootstrap(Result(tight)).startswith("the attack run again on 2 resamples")
     assert "did not finish" in cli.describe_bootstrap(Result({"total_mass": float("inf")}))
