@@ -670,9 +670,7 @@ def describe_determined(recon: Any) -> str:
     errors = recon.standard_errors
     runs = "other draws of the same posterior would move the result by about one standard error: "
     if recon.converged() is False:  # the sandwich describes an optimum; short of it, it may say too little
-        runs = (
-            "the attack stopped short of the optimum (see convergence), so these may understate: " + runs
-        )
+        runs = "the attack stopped short of the optimum (see convergence), so these may understate: " + runs
     loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN}
     if not loose:
         return f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."

@@ -23,7 +23,8 @@ Each round (:func:`refine`) is a fully corrective Frank–Wolfe step followed by
      objective is quadratic in them), the M heaviest of each stratum kept;
   3. every point and weight polished by L-BFGS on the objective, from there.
 A round is kept only if it lowers the objective, and its measure carries no more information than
-a release can (about d in the attack's whitened coordinates, with the margin INFORMATION_BOUND):
+a release can (about d in the attack's standardised coordinates, the default, with the margin
+INFORMATION_BOUND):
 along points whose scores barely move over the draws the estimated objective can fall without end (a
 Student-t regression went to mass 1.3e7 and an objective of -9e11; a probit regression whose stages
 had ended on a wall of mass 1e18, to -3e8 below the true data's).
@@ -264,8 +265,11 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
         a, b = (np.asarray(v) for v in refiner.quadratic(jnp.asarray(union), union_bits))
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):  # a point the likelihood rules out
             continue
-        kept = _heaviest(_weights_solved(a, b), c, m)
-        w_kept = _weights_solved(a[np.ix_(kept, kept)], b[kept])
+        try:
+            kept = _heaviest(_weights_solved(a, b), c, m)
+            w_kept = _weights_solved(a[np.ix_(kept, kept)], b[kept])
+        except RuntimeError:  # NNLS ran out of iterations: the next round searches afresh
+            continue
         z_new, w_new = refiner.polish(_encoded(union[kept], w_kept, c, m, layout))
         g_new, value_new, se_new, information = refiner.current(z_new, w_new)
         if not (float(value_new) < objectives[-1] and information <= most_information):

@@ -88,7 +88,12 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
 
     config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1)
     passed = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
-    assert passed.checked is not None and passed.checked.reproduces
+    assert (
+        passed.checked is not None and passed.self_check is passed.checked[1] and passed.self_check.reproduces
+    )
+    # the check describes the measure it checked, not one put in its place
+    truth = replace(passed, measure=br.WeightedMeasure({"y": np.full(100, 9.0)}, np.ones(100)))
+    assert not truth.self_check.reproduces
     assert "refine_objectives" not in passed.history
 
     checked = reconstruct_module.round_trip
@@ -102,3 +107,26 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
     assert objectives[0] == pytest.approx(passed.objective) and failed.objective == objectives[-1]
     # the rounds ran (the stages' optimum leaves them nothing to gain here) and the result is checked afresh
     assert len(failed.history["refine_gains"]) >= 1 and failed.checked is None
+
+
+def test_the_heaviest_points_of_each_stratum_are_kept_stratum_by_stratum():
+    """Two strata of M = 3 points, then K = 2 candidates each: the union's rows are the points stratum by
+    stratum, then the candidates stratum by stratum."""
+    w = np.array([5.0, 0.0, 1.0, 2.0, 3.0, 0.0, 4.0, 0.5, 0.0, 9.0])
+    kept = fw._heaviest(w, c=2, m=3)
+    np.testing.assert_array_equal(kept, [0, 6, 2, 9, 4, 3])
+
+
+def test_a_checkpoint_keeps_the_rounds_result(tmp_path, monkeypatch):
+    """Run again on its checkpoint, an attack whose rounds ran reads their result back: no rounds run."""
+    reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
+    checked = reconstruct_module.round_trip
+    monkeypatch.setattr(reconstruct_module, "round_trip", lambda *a: replace(checked(*a), reproduces=False))
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1)
+    first = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config, checkpoint=tmp_path)
+    monkeypatch.setattr(fw, "refine", None)  # a second run that reached the rounds would fail
+    monkeypatch.setattr(reconstruct_module, "refine", None)
+    again = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config, checkpoint=tmp_path)
+    assert again.objective == first.objective and np.array_equal(again.measure.weights, first.measure.weights)
+    for key in ("refine_objectives", "refine_gains", "refine_converged"):
+        np.testing.assert_array_equal(again.history[key], first.history[key])
