@@ -66,7 +66,7 @@ def kidiq_result(kidiq):
     by_site = as_draws(posterior.draws)  # Stan names → sites
     idata = arviz.from_dict(posterior={k: np.asarray(v)[None, :2000] for k, v in by_site.items()})
     return br.reconstruct(entry.model, idata, free=list(entry.free), support=entry.support, n_points=10,
-                          seed=0, config=br.ReconConfig(restarts=1))  # fmt: skip
+                          seed=0, config=br.ReconConfig(restarts=1, refine_rounds=0))  # fmt: skip
 
 
 def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq, kidiq_result):
@@ -357,7 +357,7 @@ def test_each_bootstrap_replicate_is_the_exact_optimum_on_its_own_resample_of_th
             numpyro.sample("y", dist.Normal(mu, 1), obs=y)
 
     mu = np.random.default_rng(0).normal(1.0, 0.1, 400)
-    config = br.ReconConfig(restarts=1, bootstrap=3)
+    config = br.ReconConfig(restarts=1, bootstrap=3, refine_rounds=0)
     recon = br.reconstruct(model, {"mu": mu}, free=["y"], n_points=3, seed=5, config=config)
     resamples = np.asarray(jax.random.randint(jax.random.PRNGKey(5 + 4), (3, 400), 0, 400))
     expected = 1 / np.var(mu[resamples], axis=1) - 0.01

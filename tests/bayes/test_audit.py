@@ -24,7 +24,7 @@ from bayes_recon.report import render, write_report
 from recon_core.measure import WeightedMeasure
 
 NAME = "kidiq-kidscore_momiq"
-SHORT = ReconConfig(coarse_steps=5, steps=5, restarts=1, max_draws=300)
+SHORT = ReconConfig(coarse_steps=5, steps=5, restarts=1, max_draws=300, refine_rounds=0)
 
 
 @pytest.fixture(scope="module")

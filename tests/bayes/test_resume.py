@@ -127,7 +127,7 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
     settled = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=CONFIG.__class__(steps=400))
     assert settled.converged() is True
     kept = attack()  # the stages' result reproduces the release: no Frank–Wolfe rounds, the check kept
-    assert kept.checked is not None and kept.checked.reproduces and "refine_objectives" not in kept.history
+    assert kept.checked is not None and kept.checked[1].reproduces and "refine_objectives" not in kept.history
 
 
 def test_rounds_run_side_by_side_give_the_result_of_one_round_at_a_time(tmp_path):
