@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from recon_core import progress
 from recon_core.headline import NOT_FOR_PUBLICATION
 
 ImageSizes = list[tuple[bool, int, int]]
@@ -19,6 +20,13 @@ WINDOW = (1280, 800)  # the browser window of the layout check: the verdict must
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  f"--window-size={WINDOW[0]},{WINDOW[1]}"]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _progress_bars_off() -> None:
+    """A CLI run in-process turns progress bars on (recon_core.progress.enable); the next test starts quiet,
+    whichever tests ran before it on its worker."""
+    progress.enable(False)
 
 
 def _browser() -> str:

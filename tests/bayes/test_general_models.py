@@ -135,15 +135,16 @@ def test_poisson_regression_recovers_its_linear_statistics(poisson):
 
 
 def test_rescaling_and_shifting_a_column_changes_nothing():
-    """The same draws in other units (x·c + shift, b / c) give the same statistics, c from 1e-4 to 1e4, and
-    x far from its origin (at 10⁵ ± 100, where locating it to the grid's e^±0.125 left it collapsed)."""
+    """The same draws in other units (x·c + shift, b / c) give the same statistics, c from 1e-4 to 1e4, the
+    second far from its origin (at 10⁸ ± 10⁴; at 10⁵ ± 100, locating it to the grid's e^±0.125 once left it
+    collapsed)."""
     rng = np.random.default_rng(1)
     u = rng.normal(size=100)
     y = 1 + 0.5 * u + rng.normal(size=100)
     draws = nuts(scaled_regression(1.0, 0.0), x=u, y=y)
     config = br.ReconConfig(restarts=1, refine_rounds=0)
     recovered = []
-    for scale, shift in ((1e-4, 0.0), (1e4, -3e4), (1e2, 1e5)):
+    for scale, shift in ((1e-4, 0.0), (1e4, 1e8)):
         moved = {**draws, "b": draws["b"] / scale}
         result = br.reconstruct(
             scaled_regression(scale, shift), moved, ["x", "y"], n_points=10, config=config
@@ -152,7 +153,7 @@ def test_rescaling_and_shifting_a_column_changes_nothing():
         u_hat = (p["x"] - shift) / scale
         mean = w @ u_hat / w.sum()
         recovered.append([w.sum(), mean, w @ (u_hat - mean) ** 2 / w.sum(), w @ p["y"], w @ (u_hat * p["y"])])
-    np.testing.assert_allclose(recovered[1:], [recovered[0]] * 2, rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(recovered[1], recovered[0], rtol=1e-3, atol=1e-6)
 
 
 def test_a_parameter_per_row_is_refused_however_it_is_indexed():
