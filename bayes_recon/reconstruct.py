@@ -556,7 +556,7 @@ def reconstruct(
                 np.isfinite(start)
             ):  # a saturated point has no coordinates
                 optimiser = OptimiserConfig(config.method, config.learning_rate)
-                refiner = build_refiner(problem, z, seed, n_points, optimiser, config.steps)
+                refiner = build_refiner(problem, z, seed, n_points, optimiser, config.steps, begin.respond)
                 found = refine(refiner, start, measure.weights, config.refine_rounds)
                 refined = {k: np.asarray(v) for k, v in found._asdict().items()}
                 checked = None

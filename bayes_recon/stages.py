@@ -305,6 +305,9 @@ class Start(NamedTuple):
     located: tuple[int, ...]  # the covariates whose support has no centre: their location is searched too
     grid_at_once: int  # grid candidates evaluated together (memory)
     stratified: bool  # discrete responses: the strata's clouds and masses come from the model's predictive
+    # (points, their discrete values, key) → the points with their continuous responses drawn from the
+    # model's predictive at the posterior mean; None without such responses
+    respond: Callable[[Array, Array, Array], Array] | None
 
 
 def make_start(
@@ -325,6 +328,10 @@ def make_start(
     responses, predict = response_predictor(model, layout, fixed, posterior_mean)
     shares = stratum_shares(weighted, layout, theta_mean)
     searched = tuple(i for i in range(layout.dim) if i not in responses)
+
+    def respond(z: Array, bits: Array, key: Array) -> Array:
+        return predict(z, bits, jax.random.normal(key, (len(z), len(responses))))
+
     unit = pseudo.initial(n_points, layout)
     # each candidate is evaluated on the subset of draws (its quadratic in the mass: pseudo.at_best_mass)
     per_candidate = min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
@@ -335,6 +342,7 @@ def make_start(
         tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
         max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
         shares is not None,
+        None if predict is None else respond,
     )
 
 

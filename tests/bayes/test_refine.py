@@ -18,6 +18,7 @@ from bayes_recon import refine as fw
 from bayes_recon.objective import ScoreMatching
 from bayes_recon.optimise import OptimiserConfig
 from bayes_recon.precision import float64
+from bayes_recon.stages import make_start
 
 RNG = np.random.default_rng(0)
 # about the posterior of 100 observations from Normal(1, 1)
@@ -130,3 +131,30 @@ def test_a_checkpoint_keeps_the_rounds_result(tmp_path, monkeypatch):
     assert again.objective == first.objective and np.array_equal(again.measure.weights, first.measure.weights)
     for key in ("refine_objectives", "refine_gains", "refine_converged"):
         np.testing.assert_array_equal(again.history[key], first.history[key])
+
+
+def regression(x, y=None):
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 10))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(a + b * x, 0.1), obs=y)
+
+
+def test_every_other_candidate_of_the_clouds_has_its_response_from_the_models_predictive():
+    """The screen's candidates at every width: half as the cloud draws them, half with y drawn from the
+    model at the posterior mean (a = 1, b = 2) given x: there y - (1 + 2x) has the model's sd 0.1."""
+    rng = np.random.default_rng(2)
+    draws = {"a": rng.normal(1.0, 0.01, 200), "b": rng.normal(2.0, 0.01, 200)}
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, refine_rounds=0)
+    setup = br.reconstruct(regression, draws, free=["x", "y"], n_points=4, config=config).setup
+    theta = setup.coordinates.to_model(setup.draws)
+    estimator = config.resolved_estimator(theta.shape[1])
+    begin = make_start(regression, setup.weighted_model, setup.layout, theta, 4, estimator, config)
+    z = rng.normal(size=(4, 2))  # y unrelated to x
+    pool = fw._pool(z, np.ones(4), setup.layout.strata, 4, rng, begin.respond)[0]
+    (ix,), (iy,) = setup.layout.coordinates_of({"x"}), setup.layout.coordinates_of({"y"})
+    cloud = pool[: len(fw.SCREEN_WIDTHS) * fw.SCREEN_PER_WIDTH]
+    residual = cloud[:, iy] - (1 + 2 * cloud[:, ix])
+    assert np.std(residual[1::2]) == pytest.approx(0.1, rel=0.2)
+    assert np.std(residual[::2]) > 1.0
+    np.testing.assert_array_equal(pool[len(cloud) :].shape, (4, 2))  # then one around each point
