@@ -103,7 +103,11 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
         "round_trip",
         lambda *a: replace(checked(*a), reproduces=False, reasons=("made to",)),
     )
+    built = reconstruct_module.build_refiner
+    responds = []
+    monkeypatch.setattr(reconstruct_module, "build_refiner", lambda *a: responds.append(a[-1]) or built(*a))
     failed = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+    assert responds and responds[0] is not None  # y is a response: candidates get it from the predictive
     objectives = failed.history["refine_objectives"]
     assert objectives[0] == pytest.approx(passed.objective) and failed.objective == objectives[-1]
     # the rounds ran (the stages' optimum leaves them nothing to gain here) and the result is checked afresh
@@ -151,10 +155,46 @@ def test_every_other_candidate_of_the_clouds_has_its_response_from_the_models_pr
     estimator = config.resolved_estimator(theta.shape[1])
     begin = make_start(regression, setup.weighted_model, setup.layout, theta, 4, estimator, config)
     z = rng.normal(size=(4, 2))  # y unrelated to x
-    pool = fw._pool(z, np.ones(4), setup.layout.strata, 4, rng, begin.respond)[0]
+    pool = fw._pool(z, np.ones(4), setup.layout.strata, 4, rng, begin.respond)[0][0]
     (ix,), (iy,) = setup.layout.coordinates_of({"x"}), setup.layout.coordinates_of({"y"})
     cloud = pool[: len(fw.SCREEN_WIDTHS) * fw.SCREEN_PER_WIDTH]
     residual = cloud[:, iy] - (1 + 2 * cloud[:, ix])
     assert np.std(residual[1::2]) == pytest.approx(0.1, rel=0.2)
     assert np.std(residual[::2]) > 1.0
     np.testing.assert_array_equal(pool[len(cloud) :].shape, (4, 2))  # then one around each point
+
+
+def test_each_strata_candidates_get_responses_at_its_values_and_keep_the_clouds_where_none_is_drawn():
+    """Two strata: ``respond`` sees every other cloud candidate with its stratum's discrete values; where
+    it returns a non-finite coordinate, the candidate keeps the cloud's."""
+    strata = jnp.asarray([[0.0], [1.0]])
+    seen = []
+
+    def respond(z, bits, key):
+        seen.append(np.asarray(bits))
+        return jnp.asarray(z).at[:, 1].set(jnp.where(jnp.arange(len(z)) % 3 == 0, jnp.nan, 7.0))
+
+    z, w = np.random.default_rng(3).normal(size=(6, 2)), np.ones(6)
+    pool, predicted = fw._pool(z, w, strata, 3, np.random.default_rng(4), respond)
+    size = len(fw.SCREEN_WIDTHS) * fw.SCREEN_PER_WIDTH
+    assert np.flatnonzero(predicted).tolist() == list(range(1, size, 2))
+    assert [b.shape for b in seen] == [(size // 2, 1)] * 2
+    assert np.all(seen[0] == 0.0) and np.all(seen[1] == 1.0)
+    drawn = pool[:, 1:size:2, 1]
+    assert np.all(drawn[:, 1::3] == 7.0) and not np.any(drawn[:, ::3] == 7.0)  # NaN rows keep the cloud's
+    assert np.all(pool[:, 0:size:2, 1] != 7.0)
+
+
+def test_half_the_starts_are_the_best_of_the_candidates_with_predicted_responses():
+    """φ favours the cloud's own candidates (the even rows) throughout; K = 2 starts of M = 4: the best of
+    each kind, not the two best overall."""
+    pool = np.arange(8.0)[None, :, None]
+    predicted = np.arange(8) % 2 == 1
+
+    def screen(points, bits, g):
+        return jnp.where(points[:, 0] % 2 == 0, -10.0, 0.0) - points[:, 0]
+
+    starts = fw._screened(screen, pool, predicted, jnp.zeros((1, 0)), None, 4)
+    assert sorted(starts[:, 0].tolist()) == [6.0, 7.0]
+    alone = fw._screened(screen, pool, np.zeros(8, dtype=bool), jnp.zeros((1, 0)), None, 4)
+    assert sorted(alone[:, 0].tolist()) == [4.0, 6.0]
