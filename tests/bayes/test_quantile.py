@@ -107,3 +107,16 @@ def test_the_preimage_of_a_monotone_map_inverts_it_and_differentiates_implicitly
     np.testing.assert_allclose(h(z), target, rtol=1e-10, atol=1e-10)
     slope = jax.vmap(jax.grad(h))(z)
     np.testing.assert_allclose(jax.jacfwd(lambda t: preimage(h, t))(target), np.diag(1.0 / slope), rtol=1e-8)
+
+
+def test_a_response_a_plate_expands_has_its_base_distributions_quantile_in_every_row():
+    """y ~ Normal(μ, σ) in a plate of rows is an ExpandedDistribution, with no icdf or cdf of its own."""
+    u = jnp.array([0.1, 0.5, 0.975])
+    for expanded, base in (
+        (dist.Normal(1.0, 2.0).expand([3]), dist.Normal(1.0, 2.0)),
+        (dist.Gamma(2.0, 1.0).expand([3]).to_event(1), dist.Gamma(2.0, 1.0)),  # bisected
+    ):
+        np.testing.assert_allclose(quantile(expanded, u), quantile(base, u), rtol=1e-10)
+    np.testing.assert_allclose(
+        quantile(dist.Normal(1.0, 2.0).expand([3]), u)[2], 1.0 + 2.0 * 1.959964, rtol=1e-6
+    )
