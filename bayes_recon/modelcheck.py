@@ -105,7 +105,9 @@ def latent_shapes(
             data_shapes = {k: v.shape for k, v in data.items()}
             raise ReconError(
                 f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
-                "Check 'free' (data axis first, then the column's own shape) and 'fixed'."
+                "Check 'free' and 'fixed': free names a column with a shape of its own per row by its "
+                "per-row shape, e.g. free={'X': (2,), 'y': ()} for a design matrix of two covariates "
+                "(a name alone is one number per row)."
             ) from err
         return {k: tuple(v.shape) for k, v in shapes.items()}, observed
 
