@@ -8,6 +8,7 @@ the model does not take, draws of another model, a per-row latent variable) is a
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -48,11 +49,13 @@ def prepare_release(
     support: Mapping[str, Constraint] | None = None,
 ) -> Release:
     """Check the call and the draws against the model; take the free columns' supports from the model."""
-    fixed = dict(fixed or {})
+    fixed, draws = dict(fixed or {}), as_draws(draws)
     shapes = free_shapes(free)
     check_free(model, list(shapes), fixed)
+    if not isinstance(free, Mapping):
+        shapes = row_shapes_inferred(model, list(shapes), fixed, support or {}, draws)
     layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support or {}))
-    checked = check_draws(as_draws(draws), latent_shapes(model, layout, fixed))
+    checked = check_draws(draws, latent_shapes(model, layout, fixed))
     weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in checked.items()})
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
     probe_draws = theta[np.linspace(0, len(theta) - 1, 4).round().astype(int)]
@@ -133,6 +136,45 @@ def free_shapes(free: Sequence[str] | Mapping[str, Sequence[int]]) -> dict[str, 
     if isinstance(free, str):
         return {free: ()}
     return {k: () for k in free}
+
+
+def row_shapes_inferred(
+    model: Callable,
+    names: Sequence[str],
+    fixed: Mapping[str, Any],
+    support: Mapping[str, Constraint],
+    draws: Mapping[str, np.ndarray],
+) -> dict[str, tuple[int, ...]]:
+    """Per-row shapes of columns named in a list: one number per row, unless the model runs only with some
+    of them a vector per row whose length is that of a vector of the draws (a design matrix X in X @ b);
+    the fewest such columns, and an error if that leaves a choice."""
+    sizes = sorted({v.shape[-1] for v in draws.values() if np.ndim(v) >= 2 and v.shape[-1] >= 2})
+
+    def runs(shapes: dict[str, tuple[int, ...]]) -> bool:
+        try:
+            latent_shapes(model, pseudo.Layout(shapes, column_supports(model, shapes, fixed, support)), fixed)
+        except ReconError:
+            return False
+        return True
+
+    scalar = dict.fromkeys(names, ())
+    if runs(scalar) or not sizes:
+        return scalar
+    for count in range(1, len(names) + 1):
+        found = [
+            {**scalar, **{name: (size,) for name, size in zip(vectors, lengths, strict=True)}}
+            for vectors in itertools.combinations(names, count)
+            for lengths in itertools.product(sizes, repeat=count)
+        ]
+        found = [shapes for shapes in found if runs(shapes)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise ReconError(
+                f"the model runs with more than one shape per row of {list(names)}: {found}; give free "
+                "as a dict of per-row shapes, e.g. free={'X': (2,), 'y': ()}"
+            )
+    return scalar  # the model fails on every shape tried: latent_shapes says how, on one number per row
 
 
 def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> None:

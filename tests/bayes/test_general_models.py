@@ -156,6 +156,22 @@ def test_rescaling_and_shifting_a_column_changes_nothing():
     np.testing.assert_allclose(recovered[1], recovered[0], rtol=1e-3, atol=1e-6)
 
 
+def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
+    """free=["X", "y"] for y ~ Bernoulli(logits = X @ b), b of length 3: X has 3 numbers per row, as if
+    given as {"X": (3,), "y": ()}; a model whose columns run as one number per row keeps them so."""
+
+    def logistic(X, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1).expand([3]).to_event(1))
+        with numpyro.plate("rows", X.shape[0]):
+            numpyro.sample("y", dist.Bernoulli(logits=X @ b), obs=y)
+
+    draws = {"b": np.random.default_rng(0).normal(size=(50, 3))}
+    assert prepare_release(logistic, draws, ["X", "y"]).layout.shapes == {"X": (3,), "y": ()}
+    varied = np.random.default_rng(1).normal(size=(2, 50))
+    scalar = prepare_release(poisson_regression, {"a": varied[0], "b": varied[1]}, ["x", "y"])
+    assert scalar.layout.shapes == {"x": (), "y": ()}
+
+
 def test_a_parameter_per_row_is_refused_however_it_is_indexed():
     """eight_schools written with J fixed and θ indexed by row position: not one likelihood per row."""
 
