@@ -29,6 +29,7 @@ from recon_core.errors import ReconError
 
 Array = jax.Array
 Free = Sequence[str] | Mapping[str, Sequence[int]]
+MOST_VECTOR_COLUMNS = 2  # columns named in a list tried as a vector per row at once (row_shapes_inferred)
 
 
 class Release(NamedTuple):
@@ -84,6 +85,10 @@ def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -
         raise ReconError("'free' is empty: name at least one data argument of the model to reconstruct")
 
 
+class ModelFailedOnShapes(ReconError):
+    """The model raised on pseudo-data of the declared per-row shapes (not a refusal of a model that runs)."""
+
+
 def latent_shapes(
     model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
 ) -> dict[str, tuple[int, ...]]:
@@ -106,7 +111,7 @@ def latent_shapes(
             shapes = jax.eval_shape(site_values)
         except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
             data_shapes = {k: v.shape for k, v in data.items()}
-            raise ReconError(
+            raise ModelFailedOnShapes(
                 f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
                 "Check 'free' and 'fixed': free names a column with a shape of its own per row by its "
                 "per-row shape, e.g. free={'X': (2,), 'y': ()} for a design matrix of two covariates "
@@ -145,28 +150,39 @@ def row_shapes_inferred(
     support: Mapping[str, Constraint],
     draws: Mapping[str, np.ndarray],
 ) -> dict[str, tuple[int, ...]]:
-    """Per-row shapes of columns named in a list: one number per row, unless the model runs only with some
-    of them a vector per row whose length is that of a vector of the draws (a design matrix X in X @ b);
-    the fewest such columns, and an error if that leaves a choice."""
+    """Per-row shapes of columns named in a list: one number per row, unless the model fails on that and
+    runs only with up to MOST_VECTOR_COLUMNS continuous columns a vector per row of a length it fixes (it
+    fails one longer), a length of a vector of the draws (a design matrix X in X @ b); the fewest such
+    columns, and an error if that leaves a choice. A refusal other than the model failing on the shapes
+    (a per-row latent, no observed site) is raised as it is."""
     sizes = sorted({v.shape[-1] for v in draws.values() if np.ndim(v) >= 2 and v.shape[-1] >= 2})
 
     def runs(shapes: dict[str, tuple[int, ...]]) -> bool:
         try:
-            latent_shapes(model, pseudo.Layout(shapes, column_supports(model, shapes, fixed, support)), fixed)
-        except ReconError:
+            supports = column_supports(model, shapes, fixed, support)
+            vectors = [k for k, shape in shapes.items() if shape]
+            if any(pseudo.is_discrete(supports.get(k, constraints.real)) for k in vectors):
+                return False  # a discrete vector per row would make 2^length strata
+            latent_shapes(model, pseudo.Layout(shapes, supports), fixed)
+        except ModelFailedOnShapes:
             return False
         return True
+
+    def fixes_its_length(shapes: dict[str, tuple[int, ...]]) -> bool:
+        return runs(shapes) and not any(
+            runs({**shapes, k: (shape[0] + 1,)}) for k, shape in shapes.items() if shape
+        )
 
     scalar = dict.fromkeys(names, ())
     if runs(scalar) or not sizes:
         return scalar
-    for count in range(1, len(names) + 1):
+    for count in range(1, min(len(names), MOST_VECTOR_COLUMNS) + 1):
         found = [
             {**scalar, **{name: (size,) for name, size in zip(vectors, lengths, strict=True)}}
             for vectors in itertools.combinations(names, count)
             for lengths in itertools.product(sizes, repeat=count)
         ]
-        found = [shapes for shapes in found if runs(shapes)]
+        found = [shapes for shapes in found if fixes_its_length(shapes)]
         if len(found) == 1:
             return found[0]
         if found:

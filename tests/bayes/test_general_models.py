@@ -171,6 +171,15 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
     scalar = prepare_release(poisson_regression, {"a": varied[0], "b": varied[1]}, ["x", "y"])
     assert scalar.layout.shapes == {"x": (), "y": ()}
 
+    def two_lengths(X, y=None):  # X @ b needs 3 numbers per row, X @ c two: no shape runs
+        b = numpyro.sample("b", dist.Normal(0, 1).expand([3]).to_event(1))
+        c = numpyro.sample("c", dist.Normal(0, 1).expand([2]).to_event(1))
+        with numpyro.plate("rows", X.shape[0]):
+            numpyro.sample("y", dist.Bernoulli(logits=X @ b + X @ c), obs=y)
+
+    with pytest.raises(br.ReconError, match=r"failed on pseudo-data.*free=\{'X': \(2,\)"):
+        prepare_release(two_lengths, {**draws, "c": np.ones((50, 2))}, ["X", "y"])
+
 
 def test_a_parameter_per_row_is_refused_however_it_is_indexed():
     """eight_schools written with J fixed and θ indexed by row position: not one likelihood per row."""
