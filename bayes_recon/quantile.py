@@ -27,7 +27,13 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtri
-from numpyro.distributions import Distribution, ExpandedDistribution, Independent, constraints
+from numpyro.distributions import (
+    Distribution,
+    ExpandedDistribution,
+    Independent,
+    MaskedDistribution,
+    constraints,
+)
 from numpyro.distributions.discrete import ZeroInflatedProbs
 
 Array = jax.Array
@@ -38,9 +44,10 @@ BISECTION_STEPS = 160  # halves even a fully widened bracket below float64's res
 def quantile(fn: Distribution, u: Array) -> Array:
     """``fn.icdf(u)``, the bisected quantile of a continuous ``fn`` without one, a count's relaxed
     quantile (:func:`relaxed_count_quantile`); other discrete supports raise NotImplementedError. An
-    expanded or independent distribution's is its base's, broadcast: NumPyro gives them neither ``icdf``
-    nor ``cdf``, and a plate expands a response whose parameters have no row dimension (y ~ Normal(μ, σ))."""
-    while isinstance(fn, ExpandedDistribution | Independent):
+    expanded, independent or masked distribution's is its base's, broadcast: NumPyro gives them neither
+    ``icdf`` nor ``cdf``, and a plate expands a response whose parameters have no row dimension
+    (y ~ Normal(μ, σ))."""
+    while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
         fn = fn.base_dist
     try:
         return fn.icdf(u)

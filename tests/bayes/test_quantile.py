@@ -115,6 +115,7 @@ def test_a_response_a_plate_expands_has_its_base_distributions_quantile_in_every
     for expanded, base in (
         (dist.Normal(1.0, 2.0).expand([3]), dist.Normal(1.0, 2.0)),
         (dist.Gamma(2.0, 1.0).expand([3]).to_event(1), dist.Gamma(2.0, 1.0)),  # bisected
+        (dist.Normal(1.0, 2.0).expand([3]).mask(jnp.array([True, False, True])), dist.Normal(1.0, 2.0)),
     ):
         np.testing.assert_allclose(quantile(expanded, u), quantile(base, u), rtol=1e-10)
     np.testing.assert_allclose(
