@@ -97,8 +97,7 @@ class Refinement(NamedTuple):
 
     z: np.ndarray
     weights: np.ndarray
-    objective: float
-    objectives: np.ndarray  # at the start and after every round kept
+    objectives: np.ndarray  # at the start and after every round kept: the last is the refined measure's
     gains: np.ndarray  # every round's best candidate's gain alone (see build_refiner's first_variation)
     converged: bool  # stopped before ``rounds``: no candidate alone gains what the draws can tell
 
@@ -288,7 +287,7 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
             continue  # not kept; the next round searches afresh
         z, w, g, se = np.asarray(z_new), np.asarray(w_new), g_new, se_new
         objectives.append(float(value_new))
-    return Refinement(z, w, objectives[-1], np.asarray(objectives), np.asarray(gains), converged)
+    return Refinement(z, w, np.asarray(objectives), np.asarray(gains), converged)
 
 
 def _pool(

@@ -93,7 +93,7 @@ def user_problem(
             f"--fixed {absent}: no such column in the data; its columns: {', '.join(sorted(columns or {}))}"
         )
     known = {n: np.asarray(columns[n]) for n in fixed_names} if columns is not None else {}
-    shapes = free_shapes(wanted, columns)
+    shapes = free_shapes_in_data(wanted, columns)
     name = f"{Path(model.rpartition(':')[0]).name}:{model.rpartition(':')[2]}"
     truth = None
     if columns is not None:
@@ -365,7 +365,7 @@ def _scalar(candidate: Any) -> bool:
         return False
 
 
-def free_shapes(
+def free_shapes_in_data(
     free: Mapping[str, tuple[int, ...] | None], data: Mapping[str, np.ndarray] | None
 ) -> dict[str, tuple[int, ...]]:
     """Each free column's shape per data point: the data's, checked against the one given with --free."""
