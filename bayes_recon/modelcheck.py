@@ -50,13 +50,23 @@ def prepare_release(
     support: Mapping[str, Constraint] | None = None,
 ) -> Release:
     """Check the call and the draws against the model; take the free columns' supports from the model."""
-    fixed, draws = dict(fixed or {}), as_draws(draws)
+    fixed, draws, support = dict(fixed or {}), as_draws(draws), support or {}
     shapes = free_shapes(free)
     check_free(model, list(shapes), fixed)
-    if not isinstance(free, Mapping):
-        shapes = row_shapes_inferred(model, list(shapes), fixed, support or {}, draws)
-    layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support or {}))
-    checked = check_draws(draws, latent_shapes(model, layout, fixed))
+    layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
+    try:
+        latent = latent_shapes(model, layout, fixed)
+    except ModelFailedOnShapes:
+        inferred = (
+            None
+            if isinstance(free, Mapping)
+            else row_shapes_inferred(model, list(shapes), fixed, support, draws)
+        )
+        if inferred is None:
+            raise
+        shapes, layout = inferred, pseudo.Layout(inferred, column_supports(model, inferred, fixed, support))
+        latent = latent_shapes(model, layout, fixed)
+    checked = check_draws(draws, latent)
     weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in checked.items()})
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
     probe_draws = theta[np.linspace(0, len(theta) - 1, 4).round().astype(int)]
@@ -149,12 +159,12 @@ def row_shapes_inferred(
     fixed: Mapping[str, Any],
     support: Mapping[str, Constraint],
     draws: Mapping[str, np.ndarray],
-) -> dict[str, tuple[int, ...]]:
-    """Per-row shapes of columns named in a list: one number per row, unless the model fails on that and
-    runs only with up to MOST_VECTOR_COLUMNS continuous columns a vector per row of a length it fixes (it
-    fails one longer), a length of a vector of the draws (a design matrix X in X @ b); the fewest such
-    columns, and an error if that leaves a choice. A refusal other than the model failing on the shapes
-    (a per-row latent, no observed site) is raised as it is."""
+) -> dict[str, tuple[int, ...]] | None:
+    """Per-row shapes of columns named in a list, where the model failed on one number per row: up to
+    MOST_VECTOR_COLUMNS continuous columns a vector per row of a length the model fixes (it fails one
+    longer), a length of a vector of the draws (a design matrix X in X @ b); the fewest such columns, an
+    error if that leaves a choice, None if no shape runs. A refusal other than the model failing on the
+    shapes (a per-row latent, no observed site) is raised as it is."""
     sizes = sorted({v.shape[-1] for v in draws.values() if np.ndim(v) >= 2 and v.shape[-1] >= 2})
 
     def runs(shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -174,8 +184,6 @@ def row_shapes_inferred(
         )
 
     scalar = dict.fromkeys(names, ())
-    if runs(scalar) or not sizes:
-        return scalar
     for count in range(1, min(len(names), MOST_VECTOR_COLUMNS) + 1):
         found = [
             {**scalar, **{name: (size,) for name, size in zip(vectors, lengths, strict=True)}}
@@ -190,7 +198,7 @@ def row_shapes_inferred(
                 f"the model runs with more than one shape per row of {list(names)}: {found}; give free "
                 "as a dict of per-row shapes, e.g. free={'X': (2,), 'y': ()}"
             )
-    return scalar  # the model fails on every shape tried: latent_shapes says how, on one number per row
+    return None
 
 
 def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> None:
