@@ -180,6 +180,17 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
     with pytest.raises(br.ReconError, match=r"failed on pseudo-data.*free=\{'X': \(2,\)"):
         prepare_release(two_lengths, {**draws, "c": np.ones((50, 2))}, ["X", "y"])
 
+    def either_vector(X, Z, y=None):  # X·Z per row is a 3-vector whichever of the two is the vector
+        b = numpyro.sample("b", dist.Normal(0, 1).expand([3]).to_event(1))
+        with numpyro.plate("rows", X.shape[0]):
+            v = X.reshape(X.shape[0], -1) * Z.reshape(Z.shape[0], -1)
+            numpyro.sample("y", dist.Bernoulli(logits=v @ b), obs=y)
+
+    with pytest.raises(br.ReconError, match=r"more than one shape per row.*give free as a dict"):
+        prepare_release(either_vector, draws, ["X", "Z", "y"])
+    both = prepare_release(either_vector, draws, {"X": (3,), "Z": (), "y": ()})
+    assert both.layout.shapes == {"X": (3,), "Z": (), "y": ()}
+
 
 def test_a_parameter_per_row_is_refused_however_it_is_indexed():
     """eight_schools written with J fixed and θ indexed by row position: not one likelihood per row."""
