@@ -8,6 +8,10 @@ the oracle, the model kernel, mitigation, the pipeline and the audit) carry :fun
 turns it on as they are called; it then stays on. Code that calls the building blocks directly
 (weighting, divergence, pseudo, optimise) or makes JAX arrays it will pass in calls
 :func:`enable_float64` first.
+
+Switching clears JAX's caches: JAX keeps a NumPy array a jitted function closed over on the device
+at the precision of its first call, so after the switch the caller's own jitted code (NUTS run again
+on the same data) would hand a float32 buffer to a float64 program and fail.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ def enable_float64() -> None:
     """Switch JAX to float64 (``jax_enable_x64``) for the rest of the process."""
     if not jax.config.jax_enable_x64:
         jax.config.update("jax_enable_x64", True)
+        jax.clear_caches()
 
 
 def float64(function: Callable[P, R]) -> Callable[P, R]:

@@ -60,13 +60,18 @@ def test_nn_recon_imports_neither_jax_nor_bayes_recon():
 
 
 def test_importing_bayes_recon_leaves_jax_in_float32():
-    """No import switches x64 on; the posterior attack's entry points do, when they are called."""
+    """No import switches x64 on; the posterior attack's entry points do, when they are called, and the
+    caller's jitted code that ran before still runs after (JAX had kept its data in float32)."""
     result = _python(
-        _import_all("bayes_recon") + "import jax\n"
+        _import_all("bayes_recon") + "import jax, numpy as np\n"
         "assert not jax.config.jax_enable_x64, 'an import switched x64 on'\n"
+        "data = np.linspace(0.0, 1.0, 1000)\n"
+        "def users(mu): return jax.numpy.sum((data - mu) ** 2)\n"
+        "jax.jit(users)(0.0)\n"
         "from bayes_recon.precision import float64\n"
         "bits = float64(lambda: jax.numpy.ones(1).dtype.itemsize * 8)()\n"
         "assert jax.config.jax_enable_x64 and bits == 64, bits\n"
+        "assert jax.jit(users)(0.0).dtype == np.float64\n"
         "print('ok')"
     )
     assert result.returncode == 0, result.stderr[-2000:]
