@@ -95,6 +95,9 @@ def rademacher_slices(key: Array, n_draws: int, n_slices: int, dim: int) -> Arra
     return jax.random.rademacher(key, (n_draws, n_slices, dim), dtype=jnp.result_type(float))
 
 
+SINGULAR = 1e-6  # a coordinate's sd given the others, over its own, below which the draws are collinear
+
+
 class Coordinates(NamedTuple):
     """An affine change of coordinates θ = shift + scale @ z for the divergence.
 
@@ -112,11 +115,13 @@ class Coordinates(NamedTuple):
 
     @classmethod
     def standardised(cls, draws: Array) -> Coordinates:
-        """From concrete draws (S, d); refuses draws whose covariance is singular."""
+        """From concrete draws (S, d); refuses draws whose covariance is singular: some coordinate's sd
+        given the others under 1e-6 of its own (rounding lets Cholesky through an exactly collinear pair)."""
         mean = jnp.mean(draws, axis=0)
         cov = jnp.atleast_2d(jnp.cov(draws, rowvar=False))
         scale = jnp.linalg.cholesky(cov)
-        if not np.all(np.isfinite(np.asarray(scale))):
+        conditional = np.diag(np.asarray(scale)) / np.sqrt(np.diag(np.asarray(cov)))
+        if not (np.all(np.isfinite(np.asarray(scale))) and np.all(conditional > SINGULAR)):
             raise ReconError(
                 f"the draws' covariance ({cov.shape[0]} unconstrained coordinates) is singular: some "
                 "parameter is constant or an exact linear function of others across the draws, so "
