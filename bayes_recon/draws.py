@@ -2,7 +2,7 @@
 
 Stan names (``beta[1]``, ``sigma``, ``Omega[2,3]``, or CmdStan's CSV spelling ``beta.1``,
 ``Omega.2.3``) are 1-based and flattened; they are mapped to NumPyro sites by name and index.
-Chains are concatenated.
+Chains are concatenated, also where a dict keeps them apart (chain, draw, ...).
 """
 
 from __future__ import annotations
@@ -91,6 +91,20 @@ def from_stan_names(draws: Mapping[str, np.ndarray], what: str = "draws") -> dic
     return out
 
 
+def _chains_flattened(
+    draws: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]]
+) -> Mapping[str, np.ndarray]:
+    """Draws kept by chain, (chain, draw, ...) as ``MCMC.get_samples(group_by_chain=True)`` gives them,
+    as (chain·draw, ...): where every site has the model's shape after the same two leading sizes."""
+    arrays = {k: np.asarray(draws[k]) for k in expected}
+    leading = {v.shape[:2] for v in arrays.values()}
+    if len(leading) != 1 or not all(
+        v.shape[2:] == tuple(expected[k]) and v.ndim >= 2 for k, v in arrays.items()
+    ):
+        return draws
+    return {**draws, **{k: v.reshape((-1, *v.shape[2:])) for k, v in arrays.items()}}
+
+
 def check_draws(
     draws: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]]
 ) -> dict[str, np.ndarray]:
@@ -101,6 +115,7 @@ def check_draws(
             f"the draws lack the model's latent site(s) {missing}; they have {sorted(draws)}. "
             "Are these draws from this model? (Stan names like 'beta[1]' are mapped to the site 'beta'.)"
         )
+    draws = _chains_flattened(draws, expected)
     n_draws = {len(np.atleast_1d(draws[k])) for k in expected}
     if len(n_draws) != 1:
         raise ReconError(f"the sites have different numbers of draws: {n_draws}; flatten chains the same way")

@@ -143,6 +143,21 @@ def test_check_draws_wrong_shape():
         check_draws(draws, EXPECTED)
 
 
+def test_check_draws_concatenates_chains_kept_apart():
+    """(chain, draw, ...) arrays, as MCMC.get_samples(group_by_chain=True) gives them: chains concatenated;
+    a site that has the model's shape as it is is never taken for chains."""
+    draws = _good(60)
+    by_chain = {k: v.reshape((3, 20, *v.shape[1:])) for k, v in draws.items()}
+    out = check_draws(by_chain, EXPECTED)
+    for site in EXPECTED:
+        np.testing.assert_array_equal(out[site], draws[site])
+    matrix = {"sigma": RNG.normal(size=(30, 20)), "beta": RNG.normal(size=(30, 20))}
+    assert check_draws(matrix, {"sigma": (20,), "beta": (20,)})["beta"].shape == (30, 20)
+    swapped = {**by_chain, "beta": by_chain["beta"].transpose(1, 0, 2)}  # (draw, chain, 2): not chains
+    with pytest.raises(ReconError, match="different numbers of draws"):
+        check_draws(swapped, EXPECTED)
+
+
 def test_check_draws_unequal_counts():
     draws = _good()
     draws["sigma"] = draws["sigma"][:40]
@@ -167,6 +182,9 @@ def test_check_draws_refuses_a_point_estimate_repeated():
 def test_standardised_coordinates_refuse_collinear_draws():
     from bayes_recon.divergence import Coordinates
 
-    a = RNG.normal(size=(100, 1))
-    with pytest.raises(ReconError, match=r"singular.*coordinates='unconstrained'"):
-        Coordinates.standardised(np.hstack([a, 2 * a + 1]))
+    for seed in range(20):  # rounding lets Cholesky through some exactly collinear pairs
+        a = np.random.default_rng(seed).normal(size=(100, 1))
+        with pytest.raises(ReconError, match=r"singular.*coordinates='unconstrained'"):
+            Coordinates.standardised(np.hstack([a, 2 * a + 1]))
+    near = np.hstack([a, 2 * a + 1e-3 * np.random.default_rng(0).normal(size=(100, 1))])
+    Coordinates.standardised(near)  # correlated to 1 − 1e-7, but a posterior
