@@ -255,7 +255,7 @@ def _linear_in_response(
     columns, the same at every draw: the response enters the log-likelihood as y·η(x, θ), η linear
     in θ (a canonical link), and those sums are what it contributes."""
     layout, weighted = setup.layout, setup.weighted_model
-    responses = observed_columns(weighted.model, layout.shapes, dict(weighted.fixed))
+    responses = observed_columns(weighted.model, layout.shapes, dict(weighted.fixed), layout.supports)
     names = []
     for response in responses:
         levels = pseudo.levels(layout.support(response))

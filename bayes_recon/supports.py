@@ -54,10 +54,15 @@ def relaxed(support: Constraint) -> Constraint | None:
 
 
 def observed_columns(
-    model: Callable, shapes: Mapping[str, tuple[int, ...]], fixed: Mapping[str, Any]
+    model: Callable,
+    shapes: Mapping[str, tuple[int, ...]],
+    fixed: Mapping[str, Any],
+    given: Mapping[str, Constraint] | None = None,
 ) -> dict[str, Constraint]:
-    """{free column: its observed site's support} for the columns passed as an observed site's value."""
-    layout = pseudo.Layout(dict(shapes), {})
+    """{free column: its observed site's support} for the columns passed as an observed site's value,
+    probed with the ``given`` columns on their supports (a binomial's trials as a free count: on the
+    reals the model fails, and its response would have been taken for real)."""
+    layout = pseudo.Layout(dict(shapes), dict(given or {}))
     probe = {k: np.asarray(v) for k, v in layout.probe(jax.random.PRNGKey(1), 3).items()}
     try:
         trace = handlers.trace(
@@ -89,6 +94,14 @@ def column_supports(
 
     def parametrised(column: str, support: Constraint, whose: str) -> Constraint:
         found = relaxed(support)
+        bounds = [getattr(support, b, None) for b in ("lower_bound", "upper_bound")]
+        if found is None and any(b is not None and pseudo.common_bound(b) is None for b in bounds):
+            raise ReconError(
+                f"{whose} {column!r} has support {support}, whose bounds differ from row to row: the "
+                "attack needs the same support on every row, so a response bounded row by row (a "
+                "binomial whose trials vary by row) is not supported. Where the bound is one value for "
+                "every row, pass it as such in fixed= (fixed={'trials': 5})."
+            )
         if found is None:
             raise ReconError(
                 f"{whose} {column!r} has support {support}, which the attack cannot parametrise (a simplex, "
@@ -99,7 +112,7 @@ def column_supports(
 
     # counts given as counts take the model's own relaxation
     supports = {column: parametrised(column, support, "support= says") for column, support in given.items()}
-    for column, support in observed_columns(model, shapes, fixed).items():
+    for column, support in observed_columns(model, shapes, fixed, supports).items():
         if column not in given:
             supports[column] = parametrised(column, support, "the response")
     return {k: supports.get(k, constraints.real) for k in shapes}

@@ -102,6 +102,15 @@ def test_responses_take_their_support_from_the_model():
     with pytest.raises(br.ReconError, match="support= says 'y' has support Simplex"):
         column_supports(poisson_regression, shapes, {}, {"y": constraints.simplex})
 
+    def trials_per_row(x, n, y=None):  # on real-valued trials the model fails: y was taken for real
+        a = numpyro.sample("a", dist.Normal(0, 1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Binomial(n, logits=a * x), obs=y)
+
+    free_trials = {"x": (), "n": (), "y": ()}
+    with pytest.raises(br.ReconError, match=r"'y' has support .*bounds differ from row to row"):
+        column_supports(trials_per_row, free_trials, {}, {"n": constraints.integer_interval(1, 5)})
+
 
 def test_relaxed_count_likelihood_matches_the_model_at_integers_and_moves_between_them():
     """At integer counts the weighted density is the model's own; at 2.5 it has a gradient (not −∞, 0)."""
