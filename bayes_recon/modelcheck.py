@@ -63,6 +63,7 @@ def prepare_release(
             else row_shapes_inferred(model, list(shapes), fixed, support, draws)
         )
         if inferred is None:
+            check_fixed_not_per_row(model, layout, fixed)
             raise
         shapes, layout = inferred, pseudo.Layout(inferred, column_supports(model, inferred, fixed, support))
         latent = latent_shapes(model, layout, fixed)
@@ -99,37 +100,58 @@ class ModelFailedOnShapes(ReconError):
     """The model raised on pseudo-data of the declared per-row shapes (not a refusal of a model that runs)."""
 
 
+def traced_sites(
+    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], n: int
+) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The model's sample-site shapes and its observed sites on n pseudo-rows, traced abstractly (nothing
+    is compiled or run); ModelFailedOnShapes where the model fails on them."""
+    data = layout.example(n)
+    observed: set[str] = set()
+
+    def site_values() -> dict[str, Any]:
+        tr = handlers.trace(
+            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+        ).get_trace(**fixed, **data)
+        sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
+        observed.update(k for k, s in sites.items() if s["is_observed"])
+        return {k: s["value"] for k, s in sites.items()}
+
+    try:
+        shapes = jax.eval_shape(site_values)
+    except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
+        data_shapes = {k: v.shape for k, v in data.items()}
+        raise ModelFailedOnShapes(
+            f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
+            "Check 'free' and 'fixed': free names a column with a shape of its own per row by its "
+            "per-row shape, e.g. free={'X': (2,), 'y': ()} for a design matrix of two covariates "
+            "(a name alone is one number per row)."
+        ) from err
+    return {k: tuple(v.shape) for k, v in shapes.items()}, observed
+
+
+def check_fixed_not_per_row(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> None:
+    """Where the model failed on pseudo-rows, refuse by name a fixed array it runs with as one value per
+    row (an exposure, a binomial's trials by row): the pseudo-rows cannot carry the known values."""
+    for name, value in fixed.items():
+        n = np.shape(value)[0] if np.ndim(value) >= 1 else 0
+        if n < 2:
+            continue
+        try:
+            traced_sites(model, layout, fixed, n)
+        except ModelFailedOnShapes:
+            continue
+        raise ReconError(
+            f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds cannot "
+            f"carry values known row by row. Make {name!r} free (with its support, e.g. "
+            f"support={{{name!r}: constraints.positive}}), and the attack reconstructs it with the rest."
+        )
+
+
 def latent_shapes(
     model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
 ) -> dict[str, tuple[int, ...]]:
     """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
-
-    def trace(n: int) -> tuple[dict[str, tuple[int, ...]], set[str]]:
-        """Sample-site shapes and the observed sites, traced abstractly (nothing is compiled or run)."""
-        data = layout.example(n)
-        observed: set[str] = set()
-
-        def site_values() -> dict[str, Any]:
-            tr = handlers.trace(
-                handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-            ).get_trace(**fixed, **data)
-            sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
-            observed.update(k for k, s in sites.items() if s["is_observed"])
-            return {k: s["value"] for k, s in sites.items()}
-
-        try:
-            shapes = jax.eval_shape(site_values)
-        except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
-            data_shapes = {k: v.shape for k, v in data.items()}
-            raise ModelFailedOnShapes(
-                f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
-                "Check 'free' and 'fixed': free names a column with a shape of its own per row by its "
-                "per-row shape, e.g. free={'X': (2,), 'y': ()} for a design matrix of two covariates "
-                "(a name alone is one number per row)."
-            ) from err
-        return {k: tuple(v.shape) for k, v in shapes.items()}, observed
-
-    (three, observed), (four, _) = trace(3), trace(4)
+    (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
     if not observed:
         raise ReconError(
             "the model has no observed site for the free data; pass the data as the obs= of a site"

@@ -201,6 +201,21 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
     assert both.layout.shapes == {"X": (3,), "Z": (), "y": ()}
 
 
+def test_a_fixed_column_known_row_by_row_is_refused_by_name():
+    """An exposure passed as fixed, one value per row: the pseudo-rows cannot carry it; made free, it runs."""
+
+    def exposure(x, t, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Poisson(t * jnp.exp(a * x)), obs=y)
+
+    draws = {"a": np.random.default_rng(0).normal(size=50)}
+    with pytest.raises(br.ReconError, match=r"fixed 't' has one value per data row \(30\).*Make 't' free"):
+        prepare_release(exposure, draws, ["x", "y"], fixed={"t": np.ones(30)})
+    free = prepare_release(exposure, draws, ["x", "t", "y"], support={"t": constraints.positive})
+    assert free.layout.shapes == {"x": (), "t": (), "y": ()}
+
+
 def test_a_parameter_per_row_is_refused_however_it_is_indexed():
     """eight_schools written with J fixed and θ indexed by row position: not one likelihood per row."""
 
