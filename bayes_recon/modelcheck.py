@@ -62,10 +62,11 @@ def prepare_release(
             if isinstance(free, Mapping)
             else row_shapes_inferred(model, list(shapes), fixed, support, draws)
         )
-        if inferred is None:
-            check_fixed_not_per_row(model, layout, fixed)
-            raise
-        shapes, layout = inferred, pseudo.Layout(inferred, column_supports(model, inferred, fixed, support))
+        if inferred is None:  # the failure is raised again unless a fixed column one value per row was it
+            fixed = fixed_rows_collapsed(model, layout, fixed)
+        else:
+            shapes = inferred
+        layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
         latent = latent_shapes(model, layout, fixed)
     checked = check_draws(draws, latent)
     weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in checked.items()})
@@ -129,9 +130,11 @@ def traced_sites(
     return {k: tuple(v.shape) for k, v in shapes.items()}, observed
 
 
-def check_fixed_not_per_row(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> None:
-    """Where the model failed on pseudo-rows, refuse by name a fixed array it runs with as one value per
-    row (an exposure, a binomial's trials by row): the pseudo-rows cannot carry the known values."""
+def fixed_rows_collapsed(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the model failed on pseudo-rows: a fixed array it takes as one value per row becomes that
+    value where every row has the same (a binomial's trials, 5 for every row), and is refused by name
+    where the rows differ (an exposure): the pseudo-rows cannot carry values known row by row."""
+    collapsed = dict(fixed)
     for name, value in fixed.items():
         n = np.shape(value)[0] if np.ndim(value) >= 1 else 0
         if n < 2:
@@ -140,11 +143,17 @@ def check_fixed_not_per_row(model: Callable, layout: pseudo.Layout, fixed: Mappi
             traced_sites(model, layout, fixed, n)
         except ModelFailedOnShapes:
             continue
+        values = np.asarray(value)
+        if np.all(values == values[:1]):
+            collapsed[name] = values[0]
+            continue
         raise ReconError(
-            f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds cannot "
-            f"carry values known row by row. Make {name!r} free (with its support, e.g. "
-            f"support={{{name!r}: constraints.positive}}), and the attack reconstructs it with the rest."
+            f"fixed {name!r} has one value per data row ({n}), not all the same: the pseudo-rows the "
+            f"attack builds cannot carry values known row by row. Make {name!r} free (with its "
+            f"support, e.g. support={{{name!r}: constraints.positive}}), and the attack reconstructs it "
+            "with the rest."
         )
+    return collapsed
 
 
 def latent_shapes(

@@ -201,8 +201,15 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
     assert both.layout.shapes == {"X": (3,), "Z": (), "y": ()}
 
 
-def test_a_fixed_column_known_row_by_row_is_refused_by_name():
-    """An exposure passed as fixed, one value per row: the pseudo-rows cannot carry it; made free, it runs."""
+def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
+    """A fixed array the model takes one value per row: a binomial's trials, the same on every row, are
+    that value (its response stratified on 0..5); an exposure that varies by row is refused with the fix,
+    and made free it runs."""
+
+    def binomial(x, n, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Binomial(n, logits=a * x), obs=y)
 
     def exposure(x, t, y=None):
         a = numpyro.sample("a", dist.Normal(0, 5))
@@ -210,8 +217,11 @@ def test_a_fixed_column_known_row_by_row_is_refused_by_name():
             numpyro.sample("y", dist.Poisson(t * jnp.exp(a * x)), obs=y)
 
     draws = {"a": np.random.default_rng(0).normal(size=50)}
+    trials = prepare_release(binomial, draws, ["x", "y"], fixed={"n": np.full(30, 5)})
+    assert pseudo.levels(trials.layout.support("y")) == (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
+    assert trials.weighted_model.fixed["n"] == 5
     with pytest.raises(br.ReconError, match=r"fixed 't' has one value per data row \(30\).*Make 't' free"):
-        prepare_release(exposure, draws, ["x", "y"], fixed={"t": np.ones(30)})
+        prepare_release(exposure, draws, ["x", "y"], fixed={"t": np.linspace(0.5, 2.0, 30)})
     free = prepare_release(exposure, draws, ["x", "t", "y"], support={"t": constraints.positive})
     assert free.layout.shapes == {"x": (), "t": (), "y": ()}
 
