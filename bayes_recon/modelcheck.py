@@ -236,23 +236,28 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
     """Refuse a likelihood in which a row's position matters (a per-row parameter indexed by row).
 
     The attack needs log p(data | θ) = Σ_i ℓ(x_i, θ) with one ℓ for every row: then permuting the
-    rows permutes the per-row log-likelihoods. A parameter vector indexed by the row number
-    (eight_schools' θ_j, however it is written) breaks that, and so does a likelihood term that
-    mixes rows. Checked at a few draws on random rows of the columns' supports.
+    rows permutes the per-row log-likelihoods, and changing one row leaves the others'. A parameter
+    vector indexed by the row number (eight_schools' θ_j, however it is written) breaks the first, a
+    covariate standardised by the data's own mean inside the model the second. Checked at a few
+    draws on random rows of the columns' supports.
     """
     data = layout.probe(jax.random.PRNGKey(3), 5)
     order = np.array([1, 2, 3, 4, 0])
     shuffled = {k: v[order] for k, v in data.items()}
+    other = layout.probe(jax.random.PRNGKey(4), 5)
+    last_changed = {k: v.at[4].set(other[k][4]) for k, v in data.items()}
     try:
         loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
-        before, after = (np.asarray(loglik(jnp.asarray(theta), d)) for d in (data, shuffled))
+        before, after, beside = (
+            np.asarray(loglik(jnp.asarray(theta), d)) for d in (data, shuffled, last_changed)
+        )
     except Exception as err:  # shapes that only fit the true data's row count
         raise ReconError(
-            f"the model cannot be evaluated on 5 rows of pseudo-data ({err!r}); its likelihood must be "
-            "a sum over data rows whose count follows the free columns. A fixed argument with one "
-            "value per data point (a column the adversary knows) is not supported: declare the column "
-            "free. A per-row parameter sized by a fixed argument (eight_schools with J fixed) is out "
-            "of this attack's scope."
+            f"the model cannot be evaluated row by row on 5 rows of pseudo-data ({err!r}); its "
+            "likelihood must be a sum of one term per data row, each row's term inside a "
+            "numpyro.plate over the rows (a numpyro.factor of a sum over all rows cannot be weighed "
+            "row by row: give the factor one term per row inside the plate). A per-row parameter "
+            "sized by a fixed argument (eight_schools with J fixed) is out of this attack's scope."
         ) from err
     same = np.isclose(after, before[:, order], rtol=1e-6, atol=1e-8) | ~np.isfinite(before[:, order])
     if not same.all():
@@ -261,6 +266,14 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
             "changes the rows' log-likelihoods. A parameter per row (indexed by the row's position, as "
             "eight_schools' theta[j]) or a term that couples rows makes the posterior of the shared "
             "parameters no function of a data measure, so this attack does not apply."
+        )
+    kept = before[:, :4]
+    if not np.all(np.isclose(beside[:, :4], kept, rtol=1e-6, atol=1e-8) | ~np.isfinite(kept)):
+        raise ReconError(
+            "a row's log-likelihood depends on the other rows: changing one row changed the others' "
+            "(a covariate standardised by the data's own mean or sd inside the model, or a term over "
+            "all rows). The attack weighs rows one by one, so each row's likelihood must be its own: "
+            "compute such constants from the data outside the model and pass them as fixed."
         )
 
 

@@ -113,6 +113,12 @@ def column_supports(
     # counts given as counts take the model's own relaxation
     supports = {column: parametrised(column, support, "support= says") for column, support in given.items()}
     for column, support in observed_columns(model, shapes, fixed, supports).items():
+        if column not in given and support.event_dim > len(shapes[column]):
+            raise ReconError(
+                f"the observed site of {column!r} takes the rows together as one event (.to_event(1), "
+                "or a multivariate distribution over the rows), so the attack cannot weigh them one by "
+                "one. Put the rows in a numpyro.plate and give each row its own term."
+            )
         if column not in given:
             supports[column] = parametrised(column, support, "the response")
     return {k: supports.get(k, constraints.real) for k in shapes}

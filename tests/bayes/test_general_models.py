@@ -242,6 +242,33 @@ def test_a_parameter_per_row_is_refused_however_it_is_indexed():
         prepare_release(eight_schools, draws, ["sigma", "y"], support={"sigma": constraints.positive})
 
 
+def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
+    """Rows standardised by the data's own mean and sd, a factor of a sum over all rows, and the rows as
+    one event: each refused up front, saying why (the first once passed the row checks and was blamed on
+    y's support, by accident of a constant pseudo-column)."""
+
+    def standardised(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(b * (x - x.mean()) / x.std(), 1.0), obs=y)
+
+    def summed(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1))
+        numpyro.factor("loglik", jnp.sum(dist.Normal(b * x, 1.0).log_prob(y)))
+
+    def one_event(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1))
+        numpyro.sample("y", dist.Normal(b * x, 1.0).to_event(1), obs=y)
+
+    draws = {"b": np.random.default_rng(0).normal(size=50)}
+    with pytest.raises(br.ReconError, match="a row's log-likelihood depends on the other rows"):
+        prepare_release(standardised, draws, ["x", "y"])
+    with pytest.raises(br.ReconError, match=r"a numpyro\.factor of a sum over all rows"):
+        prepare_release(summed, draws, ["x", "y"])
+    with pytest.raises(br.ReconError, match="'y' takes the rows together as one event"):
+        prepare_release(one_event, draws, ["x", "y"])
+
+
 def test_a_covariate_off_its_support_is_named_with_the_fix():
     def log_covariate(x, y=None):
         b = numpyro.sample("b", dist.Normal(0, 1))
