@@ -56,7 +56,7 @@ def prepare_release(
     layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
     try:
         latent = latent_shapes(model, layout, fixed)
-    except ModelFailedOnShapes:
+    except (ModelFailedOnShapes, LatentGrowsWithRows):
         inferred = (
             None
             if isinstance(free, Mapping)
@@ -99,6 +99,11 @@ def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -
 
 class ModelFailedOnShapes(ReconError):
     """The model raised on pseudo-data of the declared per-row shapes (not a refusal of a model that runs)."""
+
+
+class LatentGrowsWithRows(ReconError):
+    """A latent site's shape follows the number of rows: a latent variable per row, or a design matrix
+    named in a list whose columns the model counts with ``X.shape[-1]``."""
 
 
 def traced_sites(
@@ -167,7 +172,7 @@ def latent_shapes(
         )
     per_point = [k for k in three if k not in observed and three[k] != four[k]]
     if per_point:
-        raise ReconError(
+        raise LatentGrowsWithRows(
             f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
             "variable, as in eight_schools): the posterior of the shared parameters does not pin down "
             "a data measure, so this attack does not apply. Use a model whose latent variables are "
@@ -191,11 +196,11 @@ def row_shapes_inferred(
     support: Mapping[str, Constraint],
     draws: Mapping[str, np.ndarray],
 ) -> dict[str, tuple[int, ...]] | None:
-    """Per-row shapes of columns named in a list, where the model failed on one number per row: up to
-    MOST_VECTOR_COLUMNS continuous columns a vector per row of a length the model fixes (it fails one
-    longer), a length of a vector of the draws (a design matrix X in X @ b); the fewest such columns, an
-    error if that leaves a choice, None if no shape runs. A refusal other than the model failing on the
-    shapes (a per-row latent, no observed site) is raised as it is."""
+    """Per-row shapes of columns named in a list, where the model failed on one number per row (or grew
+    a latent site with the rows, as ``X.shape[-1]`` does): up to MOST_VECTOR_COLUMNS continuous columns a
+    vector per row, of a length of a vector of the draws (a design matrix X in X @ b), where the model
+    runs with latent sites of the draws' shapes and not one longer; the fewest such columns, an error
+    if that leaves a choice, None if no shape runs. Another refusal (no observed site) is raised."""
     sizes = sorted({v.shape[-1] for v in draws.values() if np.ndim(v) >= 2 and v.shape[-1] >= 2})
 
     def runs(shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -204,10 +209,10 @@ def row_shapes_inferred(
             vectors = [k for k, shape in shapes.items() if shape]
             if any(pseudo.is_discrete(supports.get(k, constraints.real)) for k in vectors):
                 return False  # a discrete vector per row would make 2^length strata
-            latent_shapes(model, pseudo.Layout(shapes, supports), fixed)
-        except ModelFailedOnShapes:
+            latent = latent_shapes(model, pseudo.Layout(shapes, supports), fixed)
+        except (ModelFailedOnShapes, LatentGrowsWithRows):
             return False
-        return True
+        return all(np.shape(draws[k])[1:] == shape for k, shape in latent.items() if k in draws)
 
     def fixes_its_length(shapes: dict[str, tuple[int, ...]]) -> bool:
         return runs(shapes) and not any(

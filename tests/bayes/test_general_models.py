@@ -180,6 +180,13 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
     scalar = prepare_release(poisson_regression, {"a": varied[0], "b": varied[1]}, ["x", "y"])
     assert scalar.layout.shapes == {"x": (), "y": ()}
 
+    def counted(X, y=None):  # b sized by X.shape[-1]: on one number per row, b grew with the rows
+        b = numpyro.sample("b", dist.Normal(0, 1).expand([X.shape[-1]]).to_event(1))
+        with numpyro.plate("rows", X.shape[0]):
+            numpyro.sample("y", dist.Normal(X @ b, 1.0), obs=y)
+
+    assert prepare_release(counted, draws, ["X", "y"]).layout.shapes == {"X": (3,), "y": ()}
+
     def two_lengths(X, y=None):  # X @ b needs 3 numbers per row, X @ c two: no shape runs
         b = numpyro.sample("b", dist.Normal(0, 1).expand([3]).to_event(1))
         c = numpyro.sample("c", dist.Normal(0, 1).expand([2]).to_event(1))
