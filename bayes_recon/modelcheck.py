@@ -7,6 +7,7 @@ the model does not take, draws of another model, a per-row latent variable) is a
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Callable, Mapping, Sequence
@@ -57,15 +58,15 @@ def prepare_release(
     try:
         latent = latent_shapes(model, layout, fixed)
     except (ModelFailedOnShapes, LatentGrowsWithRows):
-        inferred = (
-            None
-            if isinstance(free, Mapping)
-            else row_shapes_inferred(model, list(shapes), fixed, support, draws)
-        )
-        if inferred is None:  # the failure is raised again unless a fixed column one value per row was it
-            fixed = fixed_rows_collapsed(model, layout, fixed)
-        else:
-            shapes = inferred
+
+        def shapes_found(model: Callable, fixed: Mapping[str, Any]) -> dict[str, tuple[int, ...]] | None:
+            if fits(model, shapes, fixed, support, draws):
+                return shapes
+            listed = not isinstance(free, Mapping)
+            return row_shapes_inferred(model, list(shapes), fixed, support, draws) if listed else None
+
+        model, fixed = fixed_rows_adapted(model, layout, fixed, shapes_found)
+        shapes = shapes_found(model, fixed) or shapes  # else the model's failure is raised below
         layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
         latent = latent_shapes(model, layout, fixed)
     checked = check_draws(draws, latent)
@@ -135,30 +136,80 @@ def traced_sites(
     return {k: tuple(v.shape) for k, v in shapes.items()}, observed
 
 
-def fixed_rows_collapsed(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> dict[str, Any]:
-    """Where the model failed on pseudo-rows: a fixed array it takes as one value per row becomes that
-    value where every row has the same (a binomial's trials, 5 for every row), and is refused by name
-    where the rows differ (an exposure): the pseudo-rows cannot carry values known row by row."""
-    collapsed = dict(fixed)
-    for name, value in fixed.items():
-        n = np.shape(value)[0] if np.ndim(value) >= 1 else 0
-        if n < 2:
+def fixed_rows_adapted(
+    model: Callable,
+    layout: pseudo.Layout,
+    fixed: Mapping[str, Any],
+    shapes_found: Callable[[Callable, Mapping[str, Any]], Any],
+) -> tuple[Callable, dict[str, Any]]:
+    """Where the model failed on pseudo-rows, the fixed arguments that tie it to the data's rows:
+    a whole number the model takes as the number of rows (Stan's N, as in ``plate("rows", N)``) is
+    given the pseudo-data's row count at every call; an array of one value per row is that value where
+    every row has the same (a binomial's trials), and refused by name where the rows differ (an
+    exposure: the pseudo-rows cannot carry values known row by row)."""
+    fixed = dict(fixed)
+    for name, value in list(fixed.items()):
+        others = {k: v for k, v in fixed.items() if k != name}
+        if _is_count(value):
+            counted = rows_counted(model, name, tuple(layout.shapes))
+            if shapes_found(counted, others) is not None:
+                model, fixed = counted, others
             continue
-        try:
-            traced_sites(model, layout, fixed, n)
-        except ModelFailedOnShapes:
+        n = np.shape(value)[0] if np.ndim(value) >= 1 else 0
+        if n < 2 or not _runs_on_rows(model, layout, fixed, n):
             continue
         values = np.asarray(value)
-        if np.all(values == values[:1]):
-            collapsed[name] = values[0]
-            continue
-        raise ReconError(
-            f"fixed {name!r} has one value per data row ({n}), not all the same: the pseudo-rows the "
-            f"attack builds cannot carry values known row by row. Make {name!r} free (with its "
-            f"support, e.g. support={{{name!r}: constraints.positive}}), and the attack reconstructs it "
-            "with the rest."
-        )
-    return collapsed
+        if not np.all(values == values[:1]):
+            raise ReconError(
+                f"fixed {name!r} has one value per data row ({n}), not all the same: the pseudo-rows "
+                f"the attack builds cannot carry values known row by row. Make {name!r} free (with its "
+                f"support, e.g. support={{{name!r}: constraints.positive}}), and the attack "
+                "reconstructs it with the rest."
+            )
+        fixed[name] = values[0]
+    return model, fixed
+
+
+def _is_count(value: Any) -> bool:
+    return np.ndim(value) == 0 and np.issubdtype(np.asarray(value).dtype, np.integer) and value >= 1
+
+
+def _runs_on_rows(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], n: int) -> bool:
+    try:
+        traced_sites(model, layout, fixed, n)
+    except ModelFailedOnShapes:
+        return False
+    return True
+
+
+def fits(
+    model: Callable,
+    shapes: dict[str, tuple[int, ...]],
+    fixed: Mapping[str, Any],
+    support: Mapping[str, Constraint],
+    draws: Mapping[str, np.ndarray],
+) -> bool:
+    """Whether the model runs on pseudo-rows of these per-row shapes with latent sites of the draws'
+    shapes (never with a discrete vector per row, which would make 2^length strata)."""
+    try:
+        supports = column_supports(model, shapes, fixed, support)
+        vectors = [k for k, shape in shapes.items() if shape]
+        if any(pseudo.is_discrete(supports.get(k, constraints.real)) for k in vectors):
+            return False
+        latent = latent_shapes(model, pseudo.Layout(shapes, supports), fixed)
+    except (ModelFailedOnShapes, LatentGrowsWithRows):
+        return False
+    return all(np.shape(draws[k])[1:] == shape for k, shape in latent.items() if k in draws)
+
+
+def rows_counted(model: Callable, name: str, columns: tuple[str, ...]) -> Callable:
+    """``model`` with its argument ``name`` set to the number of rows of the free ``columns`` it is given."""
+
+    @functools.wraps(model)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        return model(*args, **kwargs, **{name: np.shape(kwargs[columns[0]])[0]})
+
+    return counted
 
 
 def latent_shapes(
@@ -204,15 +255,7 @@ def row_shapes_inferred(
     sizes = sorted({v.shape[-1] for v in draws.values() if np.ndim(v) >= 2 and v.shape[-1] >= 2})
 
     def runs(shapes: dict[str, tuple[int, ...]]) -> bool:
-        try:
-            supports = column_supports(model, shapes, fixed, support)
-            vectors = [k for k, shape in shapes.items() if shape]
-            if any(pseudo.is_discrete(supports.get(k, constraints.real)) for k in vectors):
-                return False  # a discrete vector per row would make 2^length strata
-            latent = latent_shapes(model, pseudo.Layout(shapes, supports), fixed)
-        except (ModelFailedOnShapes, LatentGrowsWithRows):
-            return False
-        return all(np.shape(draws[k])[1:] == shape for k, shape in latent.items() if k in draws)
+        return fits(model, shapes, fixed, support, draws)
 
     def fixes_its_length(shapes: dict[str, tuple[int, ...]]) -> bool:
         return runs(shapes) and not any(

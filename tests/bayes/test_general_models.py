@@ -249,6 +249,25 @@ def test_a_parameter_per_row_is_refused_however_it_is_indexed():
         prepare_release(eight_schools, draws, ["sigma", "y"], support={"sigma": constraints.positive})
 
 
+def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
+    """Stan's style, model(N, K, X, y) with plate("rows", N): N takes the pseudo-data's row count at every
+    call (it was a shape error), with X named in a list or given its shape; K, a count that is no row
+    count, stays as given."""
+
+    def stan_style(N, K, X, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1).expand([K]).to_event(1))
+        with numpyro.plate("rows", N):
+            numpyro.sample("y", dist.Normal(X @ b, 1.0), obs=y)
+
+    draws = {"b": np.random.default_rng(0).normal(size=(50, 2))}
+    for free in (["X", "y"], {"X": (2,), "y": ()}):
+        release = prepare_release(stan_style, draws, free, fixed={"N": 300, "K": 2})
+        assert release.layout.shapes == {"X": (2,), "y": ()}
+        assert dict(release.weighted_model.fixed) == {"K": 2}
+        data = {"X": jnp.ones((7, 2)), "y": jnp.zeros(7)}
+        assert release.weighted_model.loglik_per_point(jnp.zeros(2), data).shape == (7,)
+
+
 def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
     """Rows standardised by the data's own mean and sd, a factor of a sum over all rows, and the rows as
     one event: each refused up front, saying why (the first once passed the row checks and was blamed on
