@@ -127,11 +127,17 @@ def traced_sites(
         shapes = jax.eval_shape(site_values)
     except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
         data_shapes = {k: v.shape for k, v in data.items()}
+        indexed = "Indexer must have integer" in str(err)
         raise ModelFailedOnShapes(
             f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
-            "Check 'free' and 'fixed': free names a column with a shape of its own per row by its "
-            "per-row shape, e.g. free={'X': (2,), 'y': ()} for a design matrix of two covariates "
-            "(a name alone is one number per row)."
+            + (
+                "A free column the model indexes with (a group, as alpha[g]) needs its discrete "
+                "support: support={'g': constraints.integer_interval(0, J - 1)}."
+                if indexed
+                else "Check 'free' and 'fixed': free names a column with a shape of its own per row by "
+                "its per-row shape, e.g. free={'X': (2,), 'y': ()} for a design matrix of two "
+                "covariates (a name alone is one number per row)."
+            )
         ) from err
     return {k: tuple(v.shape) for k, v in shapes.items()}, observed
 

@@ -268,6 +268,19 @@ def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
         assert release.weighted_model.loglik_per_point(jnp.zeros(2), data).shape == (7,)
 
 
+def test_a_group_index_needs_its_discrete_support_and_says_so():
+    def groups(g, x, y=None):
+        alpha = numpyro.sample("alpha", dist.Normal(0, 1).expand([4]).to_event(1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(alpha[g] + x, 1.0), obs=y)
+
+    draws = {"alpha": np.random.default_rng(0).normal(size=(50, 4))}
+    with pytest.raises(br.ReconError, match=r"indexes with .*support=\{'g': constraints.integer_interval"):
+        prepare_release(groups, draws, ["g", "x", "y"])
+    four = prepare_release(groups, draws, ["g", "x", "y"], support={"g": constraints.integer_interval(0, 3)})
+    assert len(four.layout.strata) == 4
+
+
 def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
     """Rows standardised by the data's own mean and sd, a factor of a sum over all rows, and the rows as
     one event: each refused up front, saying why (the first once passed the row checks and was blamed on
