@@ -32,6 +32,7 @@ from numpyro.distributions import (
     ExpandedDistribution,
     Independent,
     MaskedDistribution,
+    StudentT,
     constraints,
 )
 from numpyro.distributions.discrete import ZeroInflatedProbs
@@ -46,14 +47,40 @@ def quantile(fn: Distribution, u: Array) -> Array:
     quantile (:func:`relaxed_count_quantile`); other discrete supports raise NotImplementedError. An
     expanded, independent or masked distribution's is its base's, broadcast: NumPyro gives them neither
     ``icdf`` nor ``cdf``, and a plate expands a response whose parameters have no row dimension
-    (y ~ Normal(μ, σ))."""
+    (y ~ Normal(μ, σ)). A Student-t's is loc + scale × the standard one's, its degrees of freedom held
+    (the start draws at the posterior mean): with them a parameter of the model, the bisection's
+    implicit derivative needed the incomplete beta function's in df, which JAX does not give, and the
+    regression got no predictive start at all."""
     while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
         fn = fn.base_dist
+    if isinstance(fn, StudentT):  # JAX differentiates the incomplete beta function in x only, not in df
+        held = jax.lax.stop_gradient(jnp.broadcast_to(fn.df, u.shape))
+        return fn.loc + fn.scale * _standard_t_quantile(held, u)
     try:
         return fn.icdf(u)
     except (NotImplementedError, ImportError):
         if fn.support.is_discrete:
             return relaxed_count_quantile(fn, u)
+    return _inverse_cdf(fn, u)
+
+
+@jax.custom_jvp
+def _standard_t_quantile(df: Array, u: Array) -> Array:
+    """The standard Student-t's bisected quantile, ``df`` held: differentiated in u alone (dy = du / f(y))."""
+    return _bisected(StudentT(df), u)
+
+
+@_standard_t_quantile.defjvp
+def _standard_t_quantile_jvp(
+    primals: tuple[Array, Array], tangents: tuple[Array, Array]
+) -> tuple[Array, Array]:
+    (df, u), (_, du) = primals, tangents
+    y = _standard_t_quantile(df, u)
+    return y, du / jnp.exp(StudentT(df).log_prob(y))
+
+
+def _inverse_cdf(fn: Distribution, u: Array) -> Array:
+    """The bisected quantile, differentiated implicitly."""
     return jax.lax.custom_root(
         lambda y: fn.cdf(y) - u,
         jnp.zeros_like(u),
