@@ -23,6 +23,7 @@ differentiate the incomplete beta function in its shapes) gets such a stand-in t
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,7 @@ from jax.scipy.special import ndtri
 from numpyro.distributions import (
     Distribution,
     ExpandedDistribution,
+    Gamma,
     Independent,
     MaskedDistribution,
     StudentT,
@@ -47,15 +49,19 @@ def quantile(fn: Distribution, u: Array) -> Array:
     quantile (:func:`relaxed_count_quantile`); other discrete supports raise NotImplementedError. An
     expanded, independent or masked distribution's is its base's, broadcast: NumPyro gives them neither
     ``icdf`` nor ``cdf``, and a plate expands a response whose parameters have no row dimension
-    (y ~ Normal(μ, σ)). A Student-t's is loc + scale × the standard one's, its degrees of freedom held
-    (the start draws at the posterior mean): with them a parameter of the model, the bisection's
-    implicit derivative needed the incomplete beta function's in df, which JAX does not give, and the
-    regression got no predictive start at all."""
+    (y ~ Normal(μ, σ)). A Student-t's is loc + scale × the standard one's and a gamma's the standard
+    one's ÷ rate, their shape (df, concentration) held (the start draws at the posterior mean): with it
+    a parameter of the model, the bisection's implicit derivative needed the incomplete beta and gamma
+    functions' in the shape (JAX gives neither the first nor the second), and the regression got no
+    predictive start at all (a Student-t with its df sampled collapsed to a mass of 0.1)."""
     while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
         fn = fn.base_dist
-    if isinstance(fn, StudentT):  # JAX differentiates the incomplete beta function in x only, not in df
-        held = jax.lax.stop_gradient(jnp.broadcast_to(fn.df, u.shape))
-        return fn.loc + fn.scale * _standard_t_quantile(held, u)
+    if type(fn) in (StudentT, Gamma):
+        shape = fn.df if isinstance(fn, StudentT) else fn.concentration
+        held = _standard_quantile(
+            type(fn).__name__, jax.lax.stop_gradient(jnp.broadcast_to(shape, u.shape)), u
+        )
+        return fn.loc + fn.scale * held if isinstance(fn, StudentT) else held / fn.rate
     try:
         return fn.icdf(u)
     except (NotImplementedError, ImportError):
@@ -64,19 +70,23 @@ def quantile(fn: Distribution, u: Array) -> Array:
     return _inverse_cdf(fn, u)
 
 
-@jax.custom_jvp
-def _standard_t_quantile(df: Array, u: Array) -> Array:
-    """The standard Student-t's bisected quantile, ``df`` held: differentiated in u alone (dy = du / f(y))."""
-    return _bisected(StudentT(df), u)
+STANDARD = {"StudentT": StudentT, "Gamma": Gamma}  # a one-shape family's standard member, by its name
 
 
-@_standard_t_quantile.defjvp
-def _standard_t_quantile_jvp(
-    primals: tuple[Array, Array], tangents: tuple[Array, Array]
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _standard_quantile(family: str, shape: Array, u: Array) -> Array:
+    """The bisected quantile of ``family``'s standard member of this ``shape``, the shape held:
+    differentiated in u alone (dy = du / f(y))."""
+    return _bisected(STANDARD[family](shape), u)
+
+
+@_standard_quantile.defjvp
+def _standard_quantile_jvp(
+    family: str, primals: tuple[Array, Array], tangents: tuple[Array, Array]
 ) -> tuple[Array, Array]:
-    (df, u), (_, du) = primals, tangents
-    y = _standard_t_quantile(df, u)
-    return y, du / jnp.exp(StudentT(df).log_prob(y))
+    (shape, u), (_, du) = primals, tangents
+    y = _standard_quantile(family, shape, u)
+    return y, du / jnp.exp(STANDARD[family](shape).log_prob(y))
 
 
 def _inverse_cdf(fn: Distribution, u: Array) -> Array:
@@ -122,8 +132,7 @@ def moment_quantile(fn: Distribution, u: Array) -> Array:
     """Quantile of a logit-normal stand-in for a response on the unit interval: sigmoid(m + s Φ⁻¹(u)),
     m = logit(mean) and s = sd / (mean (1 − mean)), smooth in fn's parameters wherever its mean and
     variance are, the logit kept within ±LOGIT_BOUND. Other supports raise NotImplementedError: there
-    the responses stay in the cloud, which served Student-t and Gamma regressions as well as this
-    stand-in did (the same masses, in up to twice the time), and a heavy tail may have no variance."""
+    the responses stay in the cloud (a heavy tail may have no variance)."""
     if fn.support is not constraints.unit_interval:
         raise NotImplementedError(f"no stand-in quantile for the support {fn.support}")
     edge = jax.nn.sigmoid(-LOGIT_BOUND)
