@@ -60,7 +60,7 @@ def prepare_release(
     except (ModelFailedOnShapes, LatentGrowsWithRows):
 
         def shapes_found(model: Callable, fixed: Mapping[str, Any]) -> dict[str, tuple[int, ...]] | None:
-            if fits(model, shapes, fixed, support, draws):
+            if runs_with_shapes(model, shapes, fixed, support, draws):
                 return shapes
             listed = not isinstance(free, Mapping)
             return row_shapes_inferred(model, list(shapes), fixed, support, draws) if listed else None
@@ -121,6 +121,8 @@ def traced_sites(
         ).get_trace(**fixed, **data)
         sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
         observed.update(k for k, s in sites.items() if s["is_observed"])
+        for k in observed:  # a likelihood that cannot take these rows fails here, not at the first step
+            sites[k]["fn"].log_prob(sites[k]["value"])
         return {k: s["value"] for k, s in sites.items()}
 
     try:
@@ -151,8 +153,8 @@ def fixed_rows_adapted(
     """Where the model failed on pseudo-rows, the fixed arguments that tie it to the data's rows:
     a whole number the model takes as the number of rows (Stan's N, as in ``plate("rows", N)``) is
     given the pseudo-data's row count at every call; an array of one value per row is that value where
-    every row has the same (a binomial's trials), and refused by name where the rows differ (an
-    exposure: the pseudo-rows cannot carry values known row by row)."""
+    every row has the same and the model runs with it (a binomial's trials), and refused by name
+    otherwise (an exposure: the pseudo-rows cannot carry values known row by row)."""
     fixed = dict(fixed)
     for name, value in list(fixed.items()):
         others = {k: v for k, v in fixed.items() if k != name}
@@ -165,14 +167,15 @@ def fixed_rows_adapted(
         if n < 2 or not _runs_on_rows(model, layout, fixed, n):
             continue
         values = np.asarray(value)
-        if not np.all(values == values[:1]):
-            raise ReconError(
-                f"fixed {name!r} has one value per data row ({n}), not all the same: the pseudo-rows "
-                f"the attack builds cannot carry values known row by row. Make {name!r} free (with its "
-                f"support, e.g. support={{{name!r}: constraints.positive}}), and the attack "
-                "reconstructs it with the rest."
-            )
-        fixed[name] = values[0]
+        one = {**fixed, name: values[0]}
+        if np.all(values == values[:1]) and shapes_found(model, one) is not None:
+            fixed = one
+            continue
+        raise ReconError(
+            f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds cannot "
+            f"carry values known row by row. Make {name!r} free (with its support, e.g. "
+            f"support={{{name!r}: constraints.positive}}), and the attack reconstructs it with the rest."
+        )
     return model, fixed
 
 
@@ -188,7 +191,7 @@ def _runs_on_rows(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, An
     return True
 
 
-def fits(
+def runs_with_shapes(
     model: Callable,
     shapes: dict[str, tuple[int, ...]],
     fixed: Mapping[str, Any],
@@ -261,7 +264,7 @@ def row_shapes_inferred(
     sizes = sorted({v.shape[-1] for v in draws.values() if np.ndim(v) >= 2 and v.shape[-1] >= 2})
 
     def runs(shapes: dict[str, tuple[int, ...]]) -> bool:
-        return fits(model, shapes, fixed, support, draws)
+        return runs_with_shapes(model, shapes, fixed, support, draws)
 
     def fixes_its_length(shapes: dict[str, tuple[int, ...]]) -> bool:
         return runs(shapes) and not any(
