@@ -423,7 +423,7 @@ def reconstruct(
 
     keys = jax.random.split(jax.random.PRNGKey(seed), config.restarts)
     bases = jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim))(keys)
-    begin = make_start(model, weighted, layout, theta, n_points, estimator, config)
+    begin = make_start(weighted, layout, theta, n_points, estimator, config)
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
 
     def attack_round(

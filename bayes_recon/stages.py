@@ -311,7 +311,6 @@ class Start(NamedTuple):
 
 
 def make_start(
-    model: Callable,
     weighted: WeightedModel,
     layout: pseudo.Layout,
     theta: Array,
@@ -324,6 +323,7 @@ def make_start(
     covariates' coordinates whose scales (and, without a centre to their support, locations) the grid
     searches."""
     fixed, theta_mean = weighted.fixed, theta.mean(axis=0)
+    model = weighted.model
     posterior_mean = constrain_fn(model, (), {**fixed, **layout.example(1)}, weighted.unravel(theta_mean))
     responses, predict = response_predictor(model, layout, fixed, posterior_mean)
     shares = stratum_shares(weighted, layout, theta_mean)

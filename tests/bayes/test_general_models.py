@@ -266,6 +266,9 @@ def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
         assert dict(release.weighted_model.fixed) == {"K": 2}
         data = {"X": jnp.ones((7, 2)), "y": jnp.zeros(7)}
         assert release.weighted_model.loglik_per_point(jnp.zeros(2), data).shape == (7,)
+    quick = br.ReconConfig(restarts=1, refine_rounds=0, coarse_steps=2, steps=2)
+    result = br.reconstruct(stan_style, draws, ["X", "y"], fixed={"N": 300, "K": 2}, n_points=5, config=quick)
+    assert result.measure.points["X"].shape == (5, 2)  # the whole attack, its start included, runs
 
 
 def test_a_group_index_needs_its_discrete_support_and_says_so():

@@ -153,7 +153,7 @@ def test_every_other_candidate_of_the_clouds_has_its_response_from_the_models_pr
     setup = br.reconstruct(regression, draws, free=["x", "y"], n_points=4, config=config).setup
     theta = setup.coordinates.to_model(setup.draws)
     estimator = config.resolved_estimator(theta.shape[1])
-    begin = make_start(regression, setup.weighted_model, setup.layout, theta, 4, estimator, config)
+    begin = make_start(setup.weighted_model, setup.layout, theta, 4, estimator, config)
     z = rng.normal(size=(4, 2))  # y unrelated to x
     pool = fw._pool(z, np.ones(4), setup.layout.strata, 4, rng, begin.respond)[0][0]
     (ix,), (iy,) = setup.layout.coordinates_of({"x"}), setup.layout.coordinates_of({"y"})
