@@ -1,0 +1,387 @@
+"""Models as users write them, through the public contract only.
+
+The synthetic suite (``bayes_general.py``) writes every family one way. A user's model differs in how it
+is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``,
+Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row, trials given per row, a Student-t
+whose degrees of freedom are sampled, a mixture without covariates, several classes. Each case here
+simulates its data at known parameters (fixed seeds), samples the posterior with NUTS (500 warm-up steps,
+1,000 draws; data and draws cached as ``.npz`` under ``results/bayes_styles_cache/``, delete a file to
+sample it again) and calls only ``br.reconstruct(model, draws, free=..., fixed=..., support=...,
+n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measure.weights``. It reports:
+
+* the recovered N (Σ w) against the true N, with its standard error (``r.standard_errors``);
+* the truth bar: J_attack ≤ J_truth + 3 Monte Carlo se of the paired per-draw difference, J_truth the
+  objective of the true data with all weights 1 on the same draws (as in ``bayes_general.py``);
+* the response's weighted mean and sd against the data's;
+* the self-check's verdict, the unseen mass, whether the attack converged, and the wall time
+  (``Reconstruction.seconds``, compilation included), all in one process.
+
+A case whose attack raises is a row with its error. Run (from the repository root):
+    .venv/bin/python benchmarks/bayes_model_styles.py --json results/bayes_model_styles.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.infer import MCMC, NUTS
+
+import bayes_recon as br
+
+br.enable_float64()
+
+CACHE = Path(__file__).resolve().parents[1] / "results" / "bayes_styles_cache"
+WARMUP, SAMPLES = 500, 1000
+TRUTH_SE = 3.0
+
+
+def lognormal(x, y=None):
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 10))
+    s = numpyro.sample("s", dist.HalfNormal(2))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.LogNormal(a + b * x, s), obs=y)
+
+
+def ordered_logistic(x, y=None):
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    c = numpyro.sample(
+        "c", dist.TransformedDistribution(dist.Normal(0, 5).expand([3]), dist.transforms.OrderedTransform())
+    )
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.OrderedLogistic(b * x, c), obs=y)
+
+
+def zero_inflated_poisson(x, y=None):
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    g = numpyro.sample("g", dist.Beta(1, 1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.ZeroInflatedPoisson(g, jnp.exp(a + b * x)), obs=y)
+
+
+def logistic_scaled(X, y=None):
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    b = numpyro.sample("b", dist.Normal(0, 5).expand([2]).to_event(1))
+    with numpyro.plate("rows", X.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=a + X @ b), obs=y)
+
+
+def mixture_no_covariates(y=None):  # posteriordb's low_dim_gauss_mix, as NumPyro writes it
+    mu = numpyro.sample(
+        "mu", dist.TransformedDistribution(dist.Normal(0, 2).expand([2]), dist.transforms.OrderedTransform())
+    )
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
+    theta = numpyro.sample("theta", dist.Beta(5, 5))
+    components = dist.Categorical(probs=jnp.stack([theta, 1 - theta]))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", dist.MixtureSameFamily(components, dist.Normal(mu, sigma)), obs=y)
+
+
+def mixture_factor(y=None):  # the same, as Stan writes it: log_mix in a factor per row
+    mu = numpyro.sample(
+        "mu", dist.TransformedDistribution(dist.Normal(0, 2).expand([2]), dist.transforms.OrderedTransform())
+    )
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
+    theta = numpyro.sample("theta", dist.Beta(5, 5))
+    with numpyro.plate("rows", y.shape[0]):
+        first = jnp.log(theta) + dist.Normal(mu[0], sigma[0]).log_prob(y)
+        numpyro.factor(
+            "loglik", jnp.logaddexp(first, jnp.log1p(-theta) + dist.Normal(mu[1], sigma[1]).log_prob(y))
+        )
+
+
+def regression_counted(X, y=None):  # coefficients sized by X.shape[-1], X named in a list
+    beta = numpyro.sample("beta", dist.Normal(0, 10).expand([X.shape[-1]]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(10))
+    with numpyro.plate("rows", X.shape[0]):
+        numpyro.sample("y", dist.Normal(X @ beta, sigma), obs=y)
+
+
+def stan_style(N, K, X, y=None):  # Stan's data block: N and K passed as data, plate("rows", N)
+    alpha = numpyro.sample("alpha", dist.Normal(0, 10))
+    beta = numpyro.sample("beta", dist.Normal(0, 10).expand([K]).to_event(1))
+    with numpyro.plate("rows", N):
+        numpyro.sample("y", dist.Poisson(jnp.exp(alpha + X @ beta)), obs=y)
+
+
+def no_plate(x, y=None):  # a batch of rows without a plate
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 10))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    numpyro.sample("y", dist.Normal(a + b * x, s), obs=y)
+
+
+def binomial_trials(x, n, y=None):  # trials given per row, the same on every row
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Binomial(n, logits=a + b * x), obs=y)
+
+
+def poisson_exposure(x, t, y=None):  # an exposure per row, reconstructed with the rest
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Poisson(t * jnp.exp(a + b * x)), obs=y)
+
+
+def student_df(x, y=None):  # robust regression with its degrees of freedom sampled
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 10))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    nu = numpyro.sample("nu", dist.Gamma(2, 0.1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.StudentT(nu, a + b * x, s), obs=y)
+
+
+def softmax_classes(X, y=None):  # three classes, the first the reference
+    W = numpyro.sample("W", dist.Normal(0, 5).expand([2, 2]).to_event(2))
+    c = numpyro.sample("c", dist.Normal(0, 5).expand([2]).to_event(1))
+    with numpyro.plate("rows", X.shape[0]):
+        logits = jnp.concatenate([jnp.zeros((X.shape[0], 1)), X @ W + c], axis=-1)
+        numpyro.sample("y", dist.Categorical(logits=logits), obs=y)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A model as a user writes it, its data simulated at known parameters, and the call's arguments."""
+
+    name: str
+    model: Callable
+    simulate: Callable[[np.random.Generator], dict[str, np.ndarray]]  # every model argument
+    free: list[str] | dict[str, tuple[int, ...]]
+    fixed: tuple[str, ...] = ()
+    support: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _logistic(eta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return (rng.uniform(size=eta.shape) < 1 / (1 + np.exp(-eta))).astype(np.int32)
+
+
+def _lognormal(rng):
+    x = rng.normal(5, 2, 200)
+    return {"x": x, "y": np.exp(0.5 + 0.2 * x + 0.3 * rng.normal(size=200))}
+
+
+def _ordered(rng):
+    x = rng.normal(size=300)
+    return {"x": x, "y": np.digitize(1.2 * x + rng.logistic(size=300), [-1.0, 0.5, 2.0]).astype(np.int32)}
+
+
+def _zip(rng):
+    x = rng.normal(size=300)
+    return {"x": x, "y": np.where(rng.uniform(size=300) < 0.3, 0, rng.poisson(np.exp(0.5 + 0.6 * x)))}
+
+
+def _scaled(rng):
+    X = np.column_stack([rng.normal(1e3, 300, 400), rng.normal(0, 0.01, 400)])
+    return {"X": X, "y": _logistic(-0.5 + 0.002 * (X[:, 0] - 1e3) + 60 * X[:, 1], rng)}
+
+
+def _mixture(rng):
+    first = rng.uniform(size=1000) < 0.4
+    return {"y": np.where(first, rng.normal(-0.75, 1, 1000), rng.normal(0.75, 0.5, 1000))}
+
+
+def _counted(rng):
+    X = rng.normal(size=(150, 3)) * np.array([1, 10, 0.1])
+    return {"X": X, "y": X @ np.array([1, 0.1, 10]) + rng.normal(size=150)}
+
+
+def _stan(rng):
+    X = rng.normal(size=(300, 2))
+    return {"N": 300, "K": 2, "X": X, "y": rng.poisson(np.exp(0.3 + X @ np.array([0.5, -0.3])))}
+
+
+def _no_plate(rng):
+    x = rng.normal(50, 10, 200)
+    return {"x": x, "y": 3 + 0.2 * x + rng.normal(size=200)}
+
+
+def _binomial(rng):
+    x = rng.normal(size=200)
+    return {"x": x, "n": np.full(200, 8), "y": rng.binomial(8, 1 / (1 + np.exp(-(0.2 + 0.8 * x))))}
+
+
+def _exposure(rng):
+    x, t = rng.normal(size=300), rng.uniform(0.5, 2, 300)
+    return {"x": x, "t": t, "y": rng.poisson(t * np.exp(0.3 + 0.5 * x))}
+
+
+def _student(rng):
+    x = rng.normal(size=300)
+    return {"x": x, "y": 1 + x + rng.standard_t(4, 300)}
+
+
+def _classes(rng):
+    X = rng.normal(size=(300, 2))
+    logits = np.column_stack([np.zeros(300), X @ np.array([[1, -1], [0.5, 1]]) + np.array([0.2, -0.3])])
+    p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    return {"X": X, "y": (p.cumsum(axis=1) < rng.uniform(size=(300, 1))).sum(axis=1).astype(np.int32)}
+
+
+CASES = (
+    Case("lognormal", lognormal, _lognormal, ["x", "y"]),
+    Case("ordered-logistic", ordered_logistic, _ordered, ["x", "y"]),
+    Case("zero-inflated-poisson", zero_inflated_poisson, _zip, ["x", "y"]),
+    Case("logistic-two-scales", logistic_scaled, _scaled, {"X": (2,), "y": ()}),
+    Case("mixture-no-covariates", mixture_no_covariates, _mixture, ["y"]),
+    Case("mixture-as-factor", mixture_factor, _mixture, ["y"]),
+    Case("design-matrix-counted", regression_counted, _counted, ["X", "y"]),
+    Case("stan-style-N-K", stan_style, _stan, ["X", "y"], fixed=("N", "K")),
+    Case("no-plate", no_plate, _no_plate, ["x", "y"]),
+    Case("binomial-trials-per-row", binomial_trials, _binomial, ["x", "y"], fixed=("n",)),
+    Case(
+        "poisson-exposure-free",
+        poisson_exposure,
+        _exposure,
+        ["x", "t", "y"],
+        support={"t": constraints.positive},
+    ),
+    Case("student-t-df-sampled", student_df, _student, ["x", "y"]),
+    Case("softmax-three-classes", softmax_classes, _classes, {"X": (2,), "y": ()}),
+)
+BY_NAME = {c.name: c for c in CASES}
+
+
+def sampled(case: Case, cache: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The case's data and NUTS draws, from the cache or sampled (and cached)."""
+    path = cache / f"{case.name}.npz"
+    if not path.exists():
+        data = case.simulate(np.random.default_rng(sum(map(ord, case.name))))
+        mcmc = MCMC(NUTS(case.model), num_warmup=WARMUP, num_samples=SAMPLES, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), **data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        draws = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
+        np.savez(
+            path, **{f"data/{k}": v for k, v in data.items()}, **{f"draw/{k}": v for k, v in draws.items()}
+        )
+    with np.load(path) as f:
+        return tuple(  # type: ignore[return-value]
+            {key.removeprefix(prefix): f[key] for key in f.files if key.startswith(prefix)}
+            for prefix in ("data/", "draw/")
+        )
+
+
+def run(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
+    data, draws = sampled(case, cache)
+    fixed = {k: data[k].item() if data[k].ndim == 0 else data[k] for k in case.fixed}
+    row: dict[str, Any] = {"case": case.name, "M": points, "seed": seed, "N": len(data["y"])}
+    try:
+        result = br.reconstruct(
+            case.model,
+            draws,
+            free=case.free,
+            fixed=fixed,
+            support=dict(case.support),
+            n_points=points,
+            seed=seed,
+        )
+    except Exception as err:  # a row, not the end of the suite
+        return row | {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+    w, p = result.measure.weights, result.measure.points
+    truth = {k: data[k] for k in case.free}
+    attack_terms = result.objective_terms(p, w)
+    truth_terms = result.objective_terms(truth, np.ones(row["N"]))
+    tolerance = TRUTH_SE * np.std(attack_terms - truth_terms, ddof=1) / np.sqrt(len(truth_terms))
+    y, y_true = np.asarray(p["y"], float), np.asarray(data["y"], float)
+    mean, mean_true = w @ y / w.sum(), y_true.mean()
+    started = time.perf_counter()
+    mass_se = result.standard_errors["total_mass"]
+    return row | {
+        "seconds": result.seconds,
+        "standard_errors_seconds": time.perf_counter() - started,
+        "mass": float(w.sum()),
+        "mass_se": float(mass_se),
+        "objective": result.objective,
+        "objective_truth": float(truth_terms.mean()),
+        "tolerance": float(tolerance),
+        "truth_bar": bool(result.objective <= truth_terms.mean() + tolerance),
+        "y_mean": float(mean),
+        "y_mean_true": float(mean_true),
+        "y_sd": float(np.sqrt(w @ (y - mean) ** 2 / w.sum())),
+        "y_sd_true": float(y_true.std()),
+        "self_check": bool(result.self_check.reproduces),
+        "unseen_mass": float(result.unseen_mass),
+        "converged": result.converged(),
+    }
+
+
+COLUMNS = ("case", "N", "M", "mass (se %)", "ΔJ/tol", "truth bar", "y mean (true)", "y sd (true)")
+COLUMNS += ("self-check", "unseen", "s")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['case']} | {r['N']} | {r['M']} | **error**: {r['error'][:120]} |||||||| |")
+            continue
+        delta = (r["objective"] - r["objective_truth"]) / r["tolerance"]
+        verdict = "reproduces" if r["self_check"] else "**does not**"
+        cells = (
+            r["case"],
+            r["N"],
+            r["M"],
+            f"{r['mass']:,.1f} ({100 * r['mass_se']:.1f})",
+            f"{delta:+.2f}",
+            "met" if r["truth_bar"] else "**not met**",
+            f"{r['y_mean']:.3g} ({r['y_mean_true']:.3g})",
+            f"{r['y_sd']:.3g} ({r['y_sd_true']:.3g})",
+            verdict,
+            f"{r['unseen_mass']:.2f}",
+            f"{r['seconds']:.1f}",
+        )
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cases", default=",".join(BY_NAME), help="comma-separated (default: all)")
+    parser.add_argument("--points", type=int, default=20, help="M per stratum (20)")
+    parser.add_argument("--seeds", default="0", help="attack seeds (0)")
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--json", type=Path, default=Path("results/bayes_model_styles.json"))
+    args = parser.parse_args()
+    unknown = sorted(set(args.cases.split(",")) - set(BY_NAME))
+    if unknown:
+        parser.error(f"unknown cases {unknown}; choose from {sorted(BY_NAME)}")
+    rows = []
+    for name in args.cases.split(","):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            rows.append(run(BY_NAME[name], args.points, seed, args.cache))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "settings": vars(args) | {"cache": str(args.cache), "json": str(args.json)},
+                        "rows": rows,
+                    },
+                    indent=1,
+                )
+            )
+    print(table(rows))
+    met = [r for r in rows if "error" not in r and r["truth_bar"] and r["self_check"]]
+    print(f"{len(met)} of {len(rows)} rows meet the truth bar and reproduce their release")
+
+
+if __name__ == "__main__":
+    main()
