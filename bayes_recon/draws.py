@@ -91,7 +91,7 @@ def from_stan_names(draws: Mapping[str, np.ndarray], what: str = "draws") -> dic
     return out
 
 
-def _chains_flattened(
+def chains_flattened(
     draws: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]]
 ) -> Mapping[str, np.ndarray]:
     """Draws kept by chain, (chain, draw, ...) as ``MCMC.get_samples(group_by_chain=True)`` gives them,
@@ -115,7 +115,7 @@ def check_draws(
             f"the draws lack the model's latent site(s) {missing}; they have {sorted(draws)}. "
             "Are these draws from this model? (Stan names like 'beta[1]' are mapped to the site 'beta'.)"
         )
-    draws = _chains_flattened(draws, expected)
+    draws = chains_flattened(draws, expected)
     n_draws = {len(np.atleast_1d(draws[k])) for k in expected}
     if len(n_draws) != 1:
         raise ReconError(f"the sites have different numbers of draws: {n_draws}; flatten chains the same way")

@@ -494,7 +494,8 @@ def recover_from_loglik(
     scale = loglik[held].std(axis=0) + 1e-12 * (1 + np.abs(loglik[held]).mean(axis=0))
     residual = np.sqrt(np.mean(check**2, axis=0)) / scale
     residual = np.where(np.isfinite(residual), residual, np.inf)
-    integers = {k for k, s in observed_columns(model, columns, constants).items() if s.is_discrete}
+    observed = observed_columns(weighted.model, columns, weighted.fixed, release.layout.supports)
+    integers = {k for k, s in observed.items() if s.is_discrete}
     assembled = {k: np.asarray(v) for k, v in layout.assemble(jnp.asarray(best), none).items()}
     rows = {k: np.round(v) if k in integers else v for k, v in assembled.items()}
     max_error = share = None

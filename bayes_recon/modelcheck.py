@@ -22,7 +22,7 @@ from numpyro.distributions.constraints import Constraint
 from numpyro.infer.initialization import init_to_uniform
 
 from bayes_recon import pseudo
-from bayes_recon.draws import as_draws, check_draws
+from bayes_recon.draws import as_draws, chains_flattened, check_draws
 from bayes_recon.precision import float64
 from bayes_recon.supports import check_covariates, column_supports
 from bayes_recon.weighting import WeightedModel
@@ -30,6 +30,7 @@ from recon_core.errors import ReconError
 
 Array = jax.Array
 Free = Sequence[str] | Mapping[str, Sequence[int]]
+Shapes = dict[str, tuple[int, ...]]  # per-row shapes of the free columns
 MOST_VECTOR_COLUMNS = 2  # columns named in a list tried as a vector per row at once (row_shapes_inferred)
 
 
@@ -58,15 +59,15 @@ def prepare_release(
     try:
         latent = latent_shapes(model, layout, fixed)
     except (ModelFailedOnShapes, LatentGrowsWithRows):
+        declared, listed = shapes, not isinstance(free, Mapping)
 
-        def shapes_found(model: Callable, fixed: Mapping[str, Any]) -> dict[str, tuple[int, ...]] | None:
-            if runs_with_shapes(model, shapes, fixed, support, draws):
-                return shapes
-            listed = not isinstance(free, Mapping)
-            return row_shapes_inferred(model, list(shapes), fixed, support, draws) if listed else None
+        def shapes_found(candidate: Callable, known: Mapping[str, Any]) -> Shapes | None:
+            if runs_with_shapes(candidate, declared, known, support, draws):
+                return declared
+            return row_shapes_inferred(candidate, list(declared), known, support, draws) if listed else None
 
-        model, fixed = fixed_rows_adapted(model, layout, fixed, shapes_found)
-        shapes = shapes_found(model, fixed) or shapes  # else the model's failure is raised below
+        model, fixed, found = fixed_rows_adapted(model, declared, fixed, support, shapes_found)
+        shapes = found or declared  # else the model's failure is raised below
         layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
         latent = latent_shapes(model, layout, fixed)
     checked = check_draws(draws, latent)
@@ -146,54 +147,72 @@ def traced_sites(
 
 def fixed_rows_adapted(
     model: Callable,
-    layout: pseudo.Layout,
+    shapes: Shapes,
     fixed: Mapping[str, Any],
-    shapes_found: Callable[[Callable, Mapping[str, Any]], Any],
-) -> tuple[Callable, dict[str, Any]]:
-    """Where the model failed on pseudo-rows, the fixed arguments that tie it to the data's rows:
-    a whole number the model takes as the number of rows (Stan's N, as in ``plate("rows", N)``) is
-    given the pseudo-data's row count at every call; an array of one value per row is that value where
-    every row has the same and the model runs with it (a binomial's trials), and refused by name
-    otherwise (an exposure: the pseudo-rows cannot carry values known row by row)."""
+    support: Mapping[str, Constraint],
+    shapes_found: Callable[[Callable, Mapping[str, Any]], Shapes | None],
+) -> tuple[Callable, dict[str, Any], Shapes | None]:
+    """Where the model failed on pseudo-rows, the fixed arguments that tie it to the data's rows, taken
+    one by one until the model runs (then with the per-row shapes ``shapes_found`` found): a whole
+    number the model takes as the number of rows (Stan's N in ``plate("rows", N)``: it runs on that many
+    rows and fails on one more) is given the pseudo-data's row count at every call; an array of one
+    value per row (the model runs on that many rows and fails on one more) is that value where every
+    row has the same and the model runs with it (a binomial's trials), and refused by name otherwise
+    (an exposure: the pseudo-rows cannot carry values known row by row)."""
     fixed = dict(fixed)
+    found = shapes_found(model, fixed)
     for name, value in list(fixed.items()):
+        if found is not None:
+            break
         others = {k: v for k, v in fixed.items() if k != name}
         if _is_count(value):
-            counted = rows_counted(model, name, tuple(layout.shapes))
-            if shapes_found(counted, others) is not None:
+            counted = rows_counted(model, name, tuple(shapes))
+            found = shapes_found(counted, others)
+            if found is not None and _counts_rows(model, found, fixed, support, int(value)):
                 model, fixed = counted, others
+            else:
+                found = None
             continue
         n = np.shape(value)[0] if np.ndim(value) >= 1 else 0
-        if n < 2 or not _runs_on_rows(model, layout, fixed, n):
+        if n < 2 or not _counts_rows(model, shapes, fixed, support, n):
             continue
         values = np.asarray(value)
         one = {**fixed, name: values[0]}
-        if np.all(values == values[:1]) and shapes_found(model, one) is not None:
+        if np.all(values == values[:1]) and (found := shapes_found(model, one)) is not None:
             fixed = one
             continue
         raise ReconError(
             f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds cannot "
             f"carry values known row by row. Make {name!r} free (with its support, e.g. "
-            f"support={{{name!r}: constraints.positive}}), and the attack reconstructs it with the rest."
+            f"support={{{name!r}: constraints.positive}}), and the attack reconstructs it with the rest "
+            "(a binomial whose trials vary by row is out of reach either way)."
         )
-    return model, fixed
+    return model, fixed, found
 
 
 def _is_count(value: Any) -> bool:
     return np.ndim(value) == 0 and np.issubdtype(np.asarray(value).dtype, np.integer) and value >= 1
 
 
-def _runs_on_rows(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], n: int) -> bool:
-    try:
-        traced_sites(model, layout, fixed, n)
-    except ModelFailedOnShapes:
-        return False
-    return True
+def _counts_rows(
+    model: Callable, shapes: Shapes, fixed: Mapping[str, Any], support: Mapping[str, Constraint], n: int
+) -> bool:
+    """Whether the model runs on exactly n pseudo-rows of these shapes: on n, not on n + 1."""
+    layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
+
+    def runs_on(rows: int) -> bool:
+        try:
+            traced_sites(model, layout, fixed, rows)
+        except ModelFailedOnShapes:
+            return False
+        return True
+
+    return runs_on(n) and not runs_on(n + 1)
 
 
 def runs_with_shapes(
     model: Callable,
-    shapes: dict[str, tuple[int, ...]],
+    shapes: Shapes,
     fixed: Mapping[str, Any],
     support: Mapping[str, Constraint],
     draws: Mapping[str, np.ndarray],
@@ -208,15 +227,22 @@ def runs_with_shapes(
         latent = latent_shapes(model, pseudo.Layout(shapes, supports), fixed)
     except (ModelFailedOnShapes, LatentGrowsWithRows):
         return False
-    return all(np.shape(draws[k])[1:] == shape for k, shape in latent.items() if k in draws)
+    released = chains_flattened(draws, {k: shape for k, shape in latent.items() if k in draws})
+    return all(np.shape(released[k])[1:] == shape for k, shape in latent.items() if k in draws)
 
 
 def rows_counted(model: Callable, name: str, columns: tuple[str, ...]) -> Callable:
-    """``model`` with its argument ``name`` set to the number of rows of the free ``columns`` it is given."""
+    """``model`` with its argument ``name`` set to the number of rows of the free ``columns`` it is given
+    (by keyword, as the attack calls it)."""
 
     @functools.wraps(model)
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        return model(*args, **kwargs, **{name: np.shape(kwargs[columns[0]])[0]})
+    def counted(**kwargs: Any) -> Any:
+        given = [np.shape(kwargs[c])[0] for c in columns if kwargs.get(c) is not None]
+        if not given:
+            raise ReconError(
+                f"the model's {name!r} is the number of rows of {list(columns)}, and none is given"
+            )
+        return model(**kwargs, **{name: given[0]})
 
     return counted
 
@@ -255,7 +281,7 @@ def row_shapes_inferred(
     fixed: Mapping[str, Any],
     support: Mapping[str, Constraint],
     draws: Mapping[str, np.ndarray],
-) -> dict[str, tuple[int, ...]] | None:
+) -> Shapes | None:
     """Per-row shapes of columns named in a list, where the model failed on one number per row (or grew
     a latent site with the rows, as ``X.shape[-1]`` does): up to MOST_VECTOR_COLUMNS continuous columns a
     vector per row, of a length of a vector of the draws (a design matrix X in X @ b), where the model
@@ -263,12 +289,11 @@ def row_shapes_inferred(
     if that leaves a choice, None if no shape runs. Another refusal (no observed site) is raised."""
     sizes = sorted({v.shape[-1] for v in draws.values() if np.ndim(v) >= 2 and v.shape[-1] >= 2})
 
-    def runs(shapes: dict[str, tuple[int, ...]]) -> bool:
-        return runs_with_shapes(model, shapes, fixed, support, draws)
-
-    def fixes_its_length(shapes: dict[str, tuple[int, ...]]) -> bool:
-        return runs(shapes) and not any(
-            runs({**shapes, k: (shape[0] + 1,)}) for k, shape in shapes.items() if shape
+    def fixes_its_length(shapes: Shapes) -> bool:
+        return runs_with_shapes(model, shapes, fixed, support, draws) and not any(
+            runs_with_shapes(model, {**shapes, k: (shape[0] + 1,)}, fixed, support, draws)
+            for k, shape in shapes.items()
+            if shape
         )
 
     scalar = dict.fromkeys(names, ())

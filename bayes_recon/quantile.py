@@ -50,18 +50,16 @@ def quantile(fn: Distribution, u: Array) -> Array:
     expanded, independent or masked distribution's is its base's, broadcast: NumPyro gives them neither
     ``icdf`` nor ``cdf``, and a plate expands a response whose parameters have no row dimension
     (y ~ Normal(μ, σ)). A Student-t's is loc + scale × the standard one's and a gamma's the standard
-    one's ÷ rate, their shape (df, concentration) held (the start draws at the posterior mean): with it
-    a parameter of the model, the bisection's implicit derivative needed the incomplete beta and gamma
-    functions' in the shape (JAX gives neither the first nor the second), and the regression got no
+    one's ÷ rate (:func:`_standard_quantile`): through the bisection's implicit derivative, a shape (df,
+    concentration) that is a parameter of the model needed the incomplete beta and gamma functions'
+    derivatives in it, which JAX does not give to second order, and such a regression got no
     predictive start at all (a Student-t with its df sampled collapsed to a mass of 0.1)."""
     while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
         fn = fn.base_dist
-    if type(fn) in (StudentT, Gamma):
-        shape = fn.df if isinstance(fn, StudentT) else fn.concentration
-        held = _standard_quantile(
-            type(fn).__name__, jax.lax.stop_gradient(jnp.broadcast_to(shape, u.shape)), u
-        )
-        return fn.loc + fn.scale * held if isinstance(fn, StudentT) else held / fn.rate
+    if type(fn) in STANDARD:
+        shape, u = jnp.broadcast_arrays(fn.df if isinstance(fn, StudentT) else fn.concentration, u)
+        standard = _standard_quantile(type(fn), shape, u)
+        return fn.loc + fn.scale * standard if isinstance(fn, StudentT) else standard / fn.rate
     try:
         return fn.icdf(u)
     except (NotImplementedError, ImportError):
@@ -70,23 +68,29 @@ def quantile(fn: Distribution, u: Array) -> Array:
     return _inverse_cdf(fn, u)
 
 
-STANDARD = {"StudentT": StudentT, "Gamma": Gamma}  # a one-shape family's standard member, by its name
+STANDARD = (StudentT, Gamma)  # families of one shape parameter whose standard member's quantile is found
+SHAPE_STEP = 1e-6  # relative step of the CDF's central difference in the shape
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _standard_quantile(family: str, shape: Array, u: Array) -> Array:
-    """The bisected quantile of ``family``'s standard member of this ``shape``, the shape held:
-    differentiated in u alone (dy = du / f(y))."""
-    return _bisected(STANDARD[family](shape), u)
+def _standard_quantile(family: type, shape: Array, u: Array) -> Array:
+    """The bisected quantile of ``family``'s standard member of this ``shape``, differentiated implicitly:
+    dy = (du − ∂F/∂shape · dshape) / f(y), ∂F/∂shape a central difference (JAX differentiates the
+    incomplete beta and gamma functions in x, not in the shape: twice neither, the beta's not even
+    once). Its own derivative in the shape is left out of the second derivatives."""
+    return _bisected(family(shape), u)
 
 
 @_standard_quantile.defjvp
 def _standard_quantile_jvp(
-    family: str, primals: tuple[Array, Array], tangents: tuple[Array, Array]
+    family: type, primals: tuple[Array, Array], tangents: tuple[Array, Array]
 ) -> tuple[Array, Array]:
-    (shape, u), (_, du) = primals, tangents
+    (shape, u), (dshape, du) = primals, tangents
     y = _standard_quantile(family, shape, u)
-    return y, du / jnp.exp(STANDARD[family](shape).log_prob(y))
+    held = jax.lax.stop_gradient(shape)
+    step = SHAPE_STEP * (1.0 + jnp.abs(held))
+    along = (family(held + step).cdf(y) - family(held - step).cdf(y)) / (2.0 * step)
+    return y, (du - along * dshape) / jnp.exp(family(shape).log_prob(y))
 
 
 def _inverse_cdf(fn: Distribution, u: Array) -> Array:

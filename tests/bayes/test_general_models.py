@@ -250,24 +250,38 @@ def test_a_parameter_per_row_is_refused_however_it_is_indexed():
 
 
 def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
-    """Stan's style, model(N, K, X, y) with plate("rows", N): N takes the pseudo-data's row count at every
-    call (it was a shape error), with X named in a list or given its shape; K, a count that is no row
-    count, stays as given."""
+    """Stan's style, model(N, K, X, y, scale) with plate("rows", N): N takes the pseudo-data's row count at
+    every call (it was a shape error), with X named in a list or given its shape, and draws kept by
+    chain; K, a count that is no row count, and a prior's vector of scales stay as given. A binomial's
+    trials (a count the model runs with on any number of rows) stay as given too."""
 
-    def stan_style(N, K, X, y=None):
-        b = numpyro.sample("b", dist.Normal(0, 1).expand([K]).to_event(1))
+    def stan_style(N, K, X, scale, y=None):
+        b = numpyro.sample("b", dist.Normal(0, scale).to_event(1))
         with numpyro.plate("rows", N):
-            numpyro.sample("y", dist.Normal(X @ b, 1.0), obs=y)
+            numpyro.sample("y", dist.Normal(X @ b[:K], 1.0), obs=y)
 
     draws = {"b": np.random.default_rng(0).normal(size=(50, 2))}
-    for free in (["X", "y"], {"X": (2,), "y": ()}):
-        release = prepare_release(stan_style, draws, free, fixed={"N": 300, "K": 2})
+    known = {"N": 300, "K": 2, "scale": np.array([2.5, 10.0])}
+    by_chain = {"b": draws["b"].reshape(2, 25, 2)}
+    for free, released in ((["X", "y"], draws), ({"X": (2,), "y": ()}, draws), (["X", "y"], by_chain)):
+        release = prepare_release(stan_style, released, free, fixed=known)
         assert release.layout.shapes == {"X": (2,), "y": ()}
-        assert dict(release.weighted_model.fixed) == {"K": 2}
+        assert set(release.weighted_model.fixed) == {"K", "scale"}
         data = {"X": jnp.ones((7, 2)), "y": jnp.zeros(7)}
         assert release.weighted_model.loglik_per_point(jnp.zeros(2), data).shape == (7,)
+
+    def binomial(trials, X, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1).expand([3]).to_event(1))
+        with numpyro.plate("rows", X.shape[0]):
+            numpyro.sample("y", dist.Binomial(trials, logits=X @ b), obs=y)
+
+    counts = prepare_release(
+        binomial, {"b": np.ones((50, 3)) + draws["b"][:, :1]}, ["X", "y"], fixed={"trials": 10}
+    )
+    assert counts.weighted_model.fixed["trials"] == 10 and counts.layout.shapes == {"X": (3,), "y": ()}
+    assert pseudo.levels(counts.layout.support("y")) == tuple(float(k) for k in range(11))
     quick = br.ReconConfig(restarts=1, refine_rounds=0, coarse_steps=2, steps=2)
-    result = br.reconstruct(stan_style, draws, ["X", "y"], fixed={"N": 300, "K": 2}, n_points=5, config=quick)
+    result = br.reconstruct(stan_style, draws, ["X", "y"], fixed=known, n_points=5, config=quick)
     assert result.measure.points["X"].shape == (5, 2)  # the whole attack, its start included, runs
 
 

@@ -55,6 +55,14 @@ def test_a_gamma_regressions_quantile_differentiates_twice_in_its_mean():
     np.testing.assert_allclose(jax.grad(total)(log_mean), central_difference(total, log_mean), rtol=1e-5)
     assert np.all(np.isfinite(jax.hessian(total)(log_mean)))
 
+    def in_shape(shape: jax.Array) -> jax.Array:  # the shape's own derivative, to first order
+        return jnp.sum(quantile(dist.Gamma(shape, 1.0), LEVELS)) + jnp.sum(
+            quantile(dist.StudentT(shape), LEVELS)
+        )
+
+    shape = jnp.array([2.5])
+    np.testing.assert_allclose(jax.grad(in_shape)(shape), central_difference(in_shape, shape), rtol=1e-4)
+
 
 def test_a_student_t_with_its_degrees_of_freedom_traced_has_a_quantile_twice_differentiable():
     """df a parameter of the model (traced, as under jit): the quantile inverts the CDF, and its first
