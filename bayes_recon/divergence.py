@@ -95,7 +95,7 @@ def rademacher_slices(key: Array, n_draws: int, n_slices: int, dim: int) -> Arra
     return jax.random.rademacher(key, (n_draws, n_slices, dim), dtype=jnp.result_type(float))
 
 
-SINGULAR = 1e-6  # a coordinate's sd given the others, over its own, below which the draws are collinear
+SINGULAR = 1e-6  # a coordinate's sd given the ones before it, over its own: below it, collinear
 
 
 class Coordinates(NamedTuple):
@@ -116,7 +116,8 @@ class Coordinates(NamedTuple):
     @classmethod
     def standardised(cls, draws: Array) -> Coordinates:
         """From concrete draws (S, d); refuses draws whose covariance is singular: some coordinate's sd
-        given the others under 1e-6 of its own (rounding lets Cholesky through an exactly collinear pair)."""
+        given the ones before it under SINGULAR of its own (rounding lets Cholesky through an exactly
+        collinear pair)."""
         mean = jnp.mean(draws, axis=0)
         cov = jnp.atleast_2d(jnp.cov(draws, rowvar=False))
         scale = jnp.linalg.cholesky(cov)

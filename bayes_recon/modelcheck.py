@@ -327,7 +327,8 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
     order = np.array([1, 2, 3, 4, 0])
     shuffled = {k: v[order] for k, v in data.items()}
     other = layout.probe(jax.random.PRNGKey(4), 5)
-    last_changed = {k: v.at[4].set(other[k][4]) for k, v in data.items()}
+    differs = [j for j in range(5) if any(np.any(other[k][j] != v[4]) for k, v in data.items())]
+    last_changed = {k: v.at[4].set(other[k][differs[0] if differs else 4]) for k, v in data.items()}
     try:
         loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
         before, after, beside = (
@@ -337,9 +338,10 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
         raise ReconError(
             f"the model cannot be evaluated row by row on 5 rows of pseudo-data ({err!r}); its "
             "likelihood must be a sum of one term per data row, each row's term inside a "
-            "numpyro.plate over the rows (a numpyro.factor of a sum over all rows cannot be weighed "
-            "row by row: give the factor one term per row inside the plate). A per-row parameter "
-            "sized by a fixed argument (eight_schools with J fixed) is out of this attack's scope."
+            "numpyro.plate over the rows (a numpyro.factor of a sum over all rows, for one, cannot be "
+            "weighed row by row: give the factor one term per row inside the plate). A per-row "
+            "parameter sized by a fixed argument (eight_schools with J fixed) is out of this attack's "
+            "scope."
         ) from err
     same = np.isclose(after, before[:, order], rtol=1e-6, atol=1e-8) | ~np.isfinite(before[:, order])
     if not same.all():

@@ -111,7 +111,7 @@ def regression_counted(X, y=None):  # coefficients sized by X.shape[-1], X named
         numpyro.sample("y", dist.Normal(X @ beta, sigma), obs=y)
 
 
-def stan_style(N, K, X, y=None):  # Stan's data block: N and K passed as data, plate("rows", N)
+def stan_data_block(N, K, X, y=None):  # Stan's data block: N and K passed as data, plate("rows", N)
     alpha = numpyro.sample("alpha", dist.Normal(0, 10))
     beta = numpyro.sample("beta", dist.Normal(0, 10).expand([K]).to_event(1))
     with numpyro.plate("rows", N):
@@ -172,62 +172,62 @@ def _logistic(eta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (rng.uniform(size=eta.shape) < 1 / (1 + np.exp(-eta))).astype(np.int32)
 
 
-def _lognormal(rng):
+def _lognormal(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(5, 2, 200)
     return {"x": x, "y": np.exp(0.5 + 0.2 * x + 0.3 * rng.normal(size=200))}
 
 
-def _ordered(rng):
+def _ordered(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(size=300)
     return {"x": x, "y": np.digitize(1.2 * x + rng.logistic(size=300), [-1.0, 0.5, 2.0]).astype(np.int32)}
 
 
-def _zip(rng):
+def _zip(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(size=300)
     return {"x": x, "y": np.where(rng.uniform(size=300) < 0.3, 0, rng.poisson(np.exp(0.5 + 0.6 * x)))}
 
 
-def _scaled(rng):
+def _scaled(rng: np.random.Generator) -> dict[str, np.ndarray]:
     X = np.column_stack([rng.normal(1e3, 300, 400), rng.normal(0, 0.01, 400)])
     return {"X": X, "y": _logistic(-0.5 + 0.002 * (X[:, 0] - 1e3) + 60 * X[:, 1], rng)}
 
 
-def _mixture(rng):
+def _mixture(rng: np.random.Generator) -> dict[str, np.ndarray]:
     first = rng.uniform(size=1000) < 0.4
     return {"y": np.where(first, rng.normal(-0.75, 1, 1000), rng.normal(0.75, 0.5, 1000))}
 
 
-def _counted(rng):
+def _counted(rng: np.random.Generator) -> dict[str, np.ndarray]:
     X = rng.normal(size=(150, 3)) * np.array([1, 10, 0.1])
     return {"X": X, "y": X @ np.array([1, 0.1, 10]) + rng.normal(size=150)}
 
 
-def _stan(rng):
+def _stan(rng: np.random.Generator) -> dict[str, np.ndarray]:
     X = rng.normal(size=(300, 2))
     return {"N": 300, "K": 2, "X": X, "y": rng.poisson(np.exp(0.3 + X @ np.array([0.5, -0.3])))}
 
 
-def _no_plate(rng):
+def _no_plate(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(50, 10, 200)
     return {"x": x, "y": 3 + 0.2 * x + rng.normal(size=200)}
 
 
-def _binomial(rng):
+def _binomial(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(size=200)
     return {"x": x, "n": np.full(200, 8), "y": rng.binomial(8, 1 / (1 + np.exp(-(0.2 + 0.8 * x))))}
 
 
-def _exposure(rng):
+def _exposure(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x, t = rng.normal(size=300), rng.uniform(0.5, 2, 300)
     return {"x": x, "t": t, "y": rng.poisson(t * np.exp(0.3 + 0.5 * x))}
 
 
-def _student(rng):
+def _student(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(size=300)
     return {"x": x, "y": 1 + x + rng.standard_t(4, 300)}
 
 
-def _classes(rng):
+def _classes(rng: np.random.Generator) -> dict[str, np.ndarray]:
     X = rng.normal(size=(300, 2))
     logits = np.column_stack([np.zeros(300), X @ np.array([[1, -1], [0.5, 1]]) + np.array([0.2, -0.3])])
     p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
@@ -242,7 +242,7 @@ CASES = (
     Case("mixture-no-covariates", mixture_no_covariates, _mixture, ["y"]),
     Case("mixture-as-factor", mixture_factor, _mixture, ["y"]),
     Case("design-matrix-counted", regression_counted, _counted, ["X", "y"]),
-    Case("stan-style-N-K", stan_style, _stan, ["X", "y"], fixed=("N", "K")),
+    Case("stan-style-N-K", stan_data_block, _stan, ["X", "y"], fixed=("N", "K")),
     Case("no-plate", no_plate, _no_plate, ["x", "y"]),
     Case("binomial-trials-per-row", binomial_trials, _binomial, ["x", "y"], fixed=("n",)),
     Case(
@@ -255,7 +255,7 @@ CASES = (
     Case("student-t-df-sampled", student_df, _student, ["x", "y"]),
     Case("softmax-three-classes", softmax_classes, _classes, {"X": (2,), "y": ()}),
 )
-BY_NAME = {c.name: c for c in CASES}
+BY_CASE = {c.name: c for c in CASES}
 
 
 def sampled(case: Case, cache: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -277,7 +277,7 @@ def sampled(case: Case, cache: Path) -> tuple[dict[str, np.ndarray], dict[str, n
         )
 
 
-def run(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
+def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
     data, draws = sampled(case, cache)
     fixed = {k: data[k].item() if data[k].ndim == 0 else data[k] for k in case.fixed}
     row: dict[str, Any] = {"case": case.name, "M": points, "seed": seed, "N": len(data["y"])}
@@ -325,7 +325,7 @@ COLUMNS = ("case", "N", "M", "mass (se %)", "ΔJ/tol", "truth bar", "y mean (tru
 COLUMNS += ("self-check", "unseen", "s")
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def styles_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
     for r in rows:
         if "error" in r:
@@ -354,20 +354,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cases", default=",".join(BY_NAME), help="comma-separated (default: all)")
+    parser.add_argument("--cases", default=",".join(BY_CASE), help="comma-separated (default: all)")
     parser.add_argument("--points", type=int, default=20, help="M per stratum (20)")
     parser.add_argument("--seeds", default="0", help="attack seeds (0)")
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--json", type=Path, default=Path("results/bayes_model_styles.json"))
     args = parser.parse_args()
-    unknown = sorted(set(args.cases.split(",")) - set(BY_NAME))
+    unknown = sorted(set(args.cases.split(",")) - set(BY_CASE))
     if unknown:
-        parser.error(f"unknown cases {unknown}; choose from {sorted(BY_NAME)}")
+        parser.error(f"unknown cases {unknown}; choose from {sorted(BY_CASE)}")
     rows = []
     for name in args.cases.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
-            rows.append(run(BY_NAME[name], args.points, seed, args.cache))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            rows.append(run_case(BY_CASE[name], args.points, seed, args.cache))
+            print(styles_table(rows[-1:]).splitlines()[-1], flush=True)
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(
                 json.dumps(
@@ -378,7 +378,7 @@ def main() -> None:
                     indent=1,
                 )
             )
-    print(table(rows))
+    print(styles_table(rows))
     met = [r for r in rows if "error" not in r and r["truth_bar"] and r["self_check"]]
     print(f"{len(met)} of {len(rows)} rows meet the truth bar and reproduce their release")
 
