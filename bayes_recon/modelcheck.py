@@ -184,8 +184,9 @@ def fixed_rows_adapted(
         raise ReconError(
             f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds cannot "
             f"carry values known row by row. Make {name!r} free (with its support, e.g. "
-            f"support={{{name!r}: constraints.positive}}), and the attack reconstructs it with the rest "
-            "(a binomial whose trials vary by row is out of reach either way)."
+            f"support={{{name!r}: constraints.positive}}; command line: --free ...,{name} --support "
+            f"{name}=positive), and the attack reconstructs it with the rest (a binomial whose trials "
+            "vary by row is out of reach either way)."
         )
     return model, fixed, found
 
