@@ -65,7 +65,12 @@ def quantile(fn: Distribution, u: Array) -> Array:
     except (NotImplementedError, ImportError):
         if fn.support.is_discrete:
             return relaxed_count_quantile(fn, u)
-    return _inverse_cdf(fn, u)
+    return jax.lax.custom_root(
+        lambda y: fn.cdf(y) - u,
+        jnp.zeros_like(u),
+        lambda f, _: _bisected(fn, u),
+        lambda g, y: y / g(jnp.ones_like(y)),  # F's Jacobian in y is diagonal: the density
+    )
 
 
 STANDARD = (StudentT, Gamma)  # families of one shape parameter whose standard member's quantile is found
@@ -91,16 +96,6 @@ def _standard_quantile_jvp(
     step = SHAPE_STEP * (1.0 + jnp.abs(held))
     along = (family(held + step).cdf(y) - family(held - step).cdf(y)) / (2.0 * step)
     return y, (du - along * dshape) / jnp.exp(family(shape).log_prob(y))
-
-
-def _inverse_cdf(fn: Distribution, u: Array) -> Array:
-    """The bisected quantile, differentiated implicitly."""
-    return jax.lax.custom_root(
-        lambda y: fn.cdf(y) - u,
-        jnp.zeros_like(u),
-        lambda f, _: _bisected(fn, u),
-        lambda g, y: y / g(jnp.ones_like(y)),  # F's Jacobian in y is diagonal: the density
-    )
 
 
 def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
