@@ -361,6 +361,12 @@ def _reconstruct(args: argparse.Namespace) -> int:
         f"{recon.seconds:.1f} s ({truth})"
     )
     _say(format_table(attack.rows()))
+    if recon.measure.meta.get("trials_expanded"):
+        trials, response = recon.measure.meta["trials_expanded"]
+        _say(
+            f"counted: the weights count {trials}'s trials, not rows: every pseudo-row is one trial "
+            f"({response} 1 or 0), as the likelihood cannot tell a row of n trials from n rows of one"
+        )
     if attack.truth is not None:
         _say(
             f"MMD between true and reconstructed data under the model-induced kernel, relative to the "

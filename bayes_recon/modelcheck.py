@@ -7,6 +7,7 @@ the model does not take, draws of another model, a per-row latent variable) is a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -41,6 +42,8 @@ class Release(NamedTuple):
     layout: pseudo.Layout
     draws: dict[str, np.ndarray]  # {site: (S, ...)}, constrained, as released
     theta: np.ndarray  # (S, d): the draws as NumPyro's flat unconstrained vectors
+    # (trials, response): a binomial whose trials vary by row, weighed as Bernoulli rows (one a trial)
+    expanded: tuple[str, str] | None = None
 
 
 @float64
@@ -52,7 +55,7 @@ def prepare_release(
     support: Mapping[str, Constraint] | None = None,
 ) -> Release:
     """Check the call and the draws against the model; take the free columns' supports from the model."""
-    fixed, draws, support = dict(fixed or {}), as_draws(draws), support or {}
+    fixed, draws, support, trials = dict(fixed or {}), as_draws(draws), support or {}, None
     shapes = free_shapes(free)
     check_free(model, list(shapes), fixed)
     layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
@@ -66,7 +69,7 @@ def prepare_release(
                 return declared
             return row_shapes_inferred(candidate, list(declared), known, support, draws) if listed else None
 
-        model, fixed, found = fixed_rows_adapted(model, declared, fixed, support, shapes_found)
+        model, fixed, found, trials = fixed_rows_adapted(model, declared, fixed, support, shapes_found)
         shapes = found or declared  # else the model's failure is raised below
         layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
         latent = latent_shapes(model, layout, fixed)
@@ -76,7 +79,8 @@ def prepare_release(
     probe_draws = theta[np.linspace(0, len(theta) - 1, 4).round().astype(int)]
     check_rows_exchangeable(weighted, layout, probe_draws)
     check_covariates(weighted, layout, probe_draws)
-    return Release(weighted, layout, checked, theta)
+    expanded = None if trials is None else check_bernoulli_expansion(weighted, layout, trials, probe_draws)
+    return Release(weighted, layout, checked, theta, expanded)
 
 
 def model_arguments(model: Callable) -> tuple[set[str], bool]:
@@ -151,15 +155,17 @@ def fixed_rows_adapted(
     fixed: Mapping[str, Any],
     support: Mapping[str, Constraint],
     shapes_found: Callable[[Callable, Mapping[str, Any]], Shapes | None],
-) -> tuple[Callable, dict[str, Any], Shapes | None]:
+) -> tuple[Callable, dict[str, Any], Shapes | None, str | None]:
     """Where the model failed on pseudo-rows, the fixed arguments that tie it to the data's rows, taken
     one by one until the model runs (then with the per-row shapes ``shapes_found`` found): a whole
     number the model takes as the number of rows (Stan's N in ``plate("rows", N)``: it runs on that many
     rows and fails on one more) is given the pseudo-data's row count at every call; an array of one
     value per row (the model runs on that many rows and fails on one more) is that value where every
-    row has the same and the model runs with it (a binomial's trials), and refused by name otherwise
-    (an exposure: the pseudo-rows cannot carry values known row by row)."""
-    fixed = dict(fixed)
+    row has the same and the model runs with it (a binomial's trials); counts that vary by row and that
+    the model runs with at 1 are taken for a binomial's trials, returned by name for
+    :func:`check_bernoulli_expansion`; anything else is refused by name (an exposure: the pseudo-rows
+    cannot carry values known row by row)."""
+    fixed, trials = dict(fixed), None
     found = shapes_found(model, fixed)
     for name, value in list(fixed.items()):
         if found is not None:
@@ -181,14 +187,70 @@ def fixed_rows_adapted(
         if np.all(values == values[:1]) and (found := shapes_found(model, one)) is not None:
             fixed = one
             continue
+        unit = {**fixed, name: np.ones((), values.dtype)}
+        counts = values.dtype.kind in "iuf" and values.min() >= 0 and np.all(values == np.round(values))
+        if counts and (found := shapes_found(model, unit)) is not None:
+            fixed, trials = unit, name
+            continue
         raise ReconError(
             f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds cannot "
             f"carry values known row by row. Make {name!r} free (with its support, e.g. "
             f"support={{{name!r}: constraints.positive}}; command line: --free ...,{name} --support "
             f"{name}=positive), and the attack reconstructs it with the rest (a binomial whose trials "
-            "vary by row is out of reach either way)."
+            "vary by row is passed in fixed= as they are)."
         )
-    return model, fixed, found
+    return model, fixed, found, trials
+
+
+def check_bernoulli_expansion(
+    weighted: WeightedModel, layout: pseudo.Layout, trials: str, theta: np.ndarray
+) -> tuple[str, str]:
+    """(trials, response) where the model, with its ``trials`` argument at 1, has one response on {0, 1}
+    and a row of n trials and c successes is to the likelihood the n Bernoulli rows of c ones: ℓ(n, c)
+    − c ℓ(1, 1) − (n − c) ℓ(1, 0) the same at every draw ``theta``. A binomial whose trials vary by row
+    is then reconstructed as its trials, each a pseudo-row of one: the posterior cannot tell a row of n
+    trials from n rows of one, so a measure over trials is what the release determines. Refused by
+    name otherwise (the trials used as a covariate too, say)."""
+    shapes = layout.shapes.items()
+    binary = [k for k, shape in shapes if not shape and pseudo.levels(layout.support(k)) == (0.0, 1.0)]
+    n, successes = 3, np.arange(4.0)
+    data = layout.probe(jax.random.PRNGKey(5), len(successes))
+    as_n = dataclasses.replace(weighted, fixed={**weighted.fixed, trials: np.full((), n)})
+
+    def loglik(model: WeightedModel, response: str, values: np.ndarray) -> np.ndarray:
+        rows = {**data, response: jnp.asarray(values)}
+        return np.asarray(jax.vmap(model.loglik_per_point, in_axes=(0, None))(jnp.asarray(theta), rows))
+
+    for response in binary:
+        try:
+            at_n = loglik(as_n, response, successes)
+            one, zero = (loglik(weighted, response, np.full(len(successes), v)) for v in (1.0, 0.0))
+        except Exception:  # the model cannot take this column as the successes
+            continue
+        gap = at_n - successes * one - (n - successes) * zero
+        if np.all(np.isfinite(gap)) and np.ptp(gap, axis=0).max() <= 1e-6 * (1 + np.abs(at_n).max()):
+            return trials, response
+    raise ReconError(
+        f"fixed {trials!r} has one count per data row, and the rows' counts differ: the pseudo-rows the "
+        f"attack builds cannot carry values known row by row. It is taken as a binomial's trials only "
+        f"where the model at {trials}=1 has a response on {{0, 1}} and a row of n trials weighs as n "
+        f"Bernoulli rows; this model's does not. Make {trials!r} free with its support, or leave it "
+        "out of the model's data."
+    )
+
+
+def trials_as_rows(
+    points: Mapping[str, np.ndarray], trials: np.ndarray, response: str
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Data rows of ``trials`` trials each, as the measure :func:`check_bernoulli_expansion`'s attack
+    reconstructs: every row as a point of successes (``response`` 1) weighing its successes and one of
+    failures (0) weighing the rest; weightless points left out."""
+    successes = np.asarray(points[response], dtype=float)
+    weights = np.concatenate([successes, np.asarray(trials, dtype=float) - successes])
+    doubled = {k: np.concatenate([v, v]) for k, v in points.items()}
+    doubled[response] = np.concatenate([np.ones_like(successes), np.zeros_like(successes)])
+    kept = weights > 0
+    return {k: v[kept] for k, v in doubled.items()}, weights[kept]
 
 
 def _is_count(value: Any) -> bool:

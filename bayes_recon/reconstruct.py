@@ -579,6 +579,8 @@ def reconstruct(
             "objective": objective,
             "config": asdict(config),
             "n_draws": int(z.shape[0]),
+            # a binomial whose trials vary by row: the weights count trials, each pseudo-row one trial
+            "trials_expanded": release.expanded,
         },
     )
     return Reconstruction(

@@ -5,6 +5,8 @@ distribution, and the pseudo-data must live there:
 
 * few values (``boolean``: Bernoulli; a small ``integer_interval``: Categorical, ordinal, a
   Binomial of few trials) — exact values, by stratifying the pseudo-data (:mod:`bayes_recon.pseudo`);
+  a Binomial whose trials vary by row (given in ``fixed``) as Bernoulli rows, one a trial
+  (:func:`bayes_recon.modelcheck.check_bernoulli_expansion`);
 * counts (``nonnegative_integer``: Poisson, negative binomial, zero-inflated counts; a large
   ``integer_interval``) — a continuous relaxation: the pseudo-counts move over the positive reals
   (or the interval) and the model's log-probability formula is evaluated there without NumPyro's
@@ -26,6 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
@@ -64,10 +67,11 @@ def observed_columns(
     reals the model fails, and its response would have been taken for real)."""
     layout = pseudo.Layout(dict(shapes), dict(given or {}))
     probe = {k: np.asarray(v) for k, v in layout.probe(jax.random.PRNGKey(1), 3).items()}
-    try:
-        trace = handlers.trace(
-            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-        ).get_trace(**fixed, **{k: jnp.asarray(v) for k, v in probe.items()})
+    try:  # NumPyro validates by default: relaxed counts as a binomial's trials fail it, the attack's do not
+        with numpyro.validation_enabled(False):
+            trace = handlers.trace(
+                handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+            ).get_trace(**fixed, **{k: jnp.asarray(v) for k, v in probe.items()})
     except Exception:  # the model needs values on a support first: latent_shapes reports it
         return {}
     found = {}
@@ -99,8 +103,9 @@ def column_supports(
             raise ReconError(
                 f"{whose} {column!r} has support {support}, whose bounds differ from row to row: the "
                 "attack needs the same support on every row, so a response bounded row by row (a "
-                "binomial whose trials vary by row) is not supported. Where the bound is one value for "
-                "every row, pass it as such in fixed= (fixed={'trials': 5})."
+                "binomial whose trials are free) is not supported. Pass the trials in fixed=, one value "
+                "for every row (fixed={'trials': 5}) or one per row (fixed={'trials': trials_of_each_row}: "
+                "the attack then reconstructs the rows' trials as Bernoulli rows, one a trial)."
             )
         if found is None:
             raise ReconError(

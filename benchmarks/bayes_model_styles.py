@@ -2,14 +2,17 @@
 
 The synthetic suite (``bayes_general.py``) writes every family one way. A user's model differs in how it
 is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``,
-Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row, trials given per row, a Student-t
-whose degrees of freedom are sampled, a mixture without covariates, several classes. Each case here
+Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row, trials given per row (the same on
+every row, or varying), a Student-t whose degrees of freedom are sampled, a mixture without covariates,
+several classes. Each case here
 simulates its data at known parameters (fixed seeds), samples the posterior with NUTS (500 warm-up steps,
 1,000 draws; data and draws cached as ``.npz`` under ``results/bayes_styles_cache/``, delete a file to
 sample it again) and calls only ``br.reconstruct(model, draws, free=..., fixed=..., support=...,
 n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measure.weights``. It reports:
 
-* the recovered N (Σ w) against the true N, with its standard error (``r.standard_errors``);
+* the recovered N (Σ w) against the true N, with its standard error (``r.standard_errors``); where
+  trials vary by row, N counts trials and the truth is scored as Bernoulli rows, one a trial
+  (``modelcheck.trials_as_rows``), as the attack weighs them;
 * the truth bar: J_attack ≤ J_truth + 3 Monte Carlo se of the paired per-draw difference, J_truth the
   objective of the true data with all weights 1 on the same draws (as in ``bayes_general.py``);
 * the response's weighted mean and sd against the data's;
@@ -40,6 +43,7 @@ from numpyro.distributions import constraints
 from numpyro.infer import MCMC, NUTS
 
 import bayes_recon as br
+from bayes_recon.modelcheck import trials_as_rows
 
 br.enable_float64()
 
@@ -217,6 +221,11 @@ def _binomial(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": x, "n": np.full(200, 8), "y": rng.binomial(8, 1 / (1 + np.exp(-(0.2 + 0.8 * x))))}
 
 
+def _binomial_varying(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x, n = rng.normal(size=200), rng.integers(1, 16, 200)
+    return {"x": x, "n": n, "y": rng.binomial(n, 1 / (1 + np.exp(-(0.2 + 0.8 * x))))}
+
+
 def _exposure(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x, t = rng.normal(size=300), rng.uniform(0.5, 2, 300)
     return {"x": x, "t": t, "y": rng.poisson(t * np.exp(0.3 + 0.5 * x))}
@@ -245,6 +254,7 @@ CASES = (
     Case("stan-style-N-K", stan_data_block, _stan, ["X", "y"], fixed=("N", "K")),
     Case("no-plate", no_plate, _no_plate, ["x", "y"]),
     Case("binomial-trials-per-row", binomial_trials, _binomial, ["x", "y"], fixed=("n",)),
+    Case("binomial-trials-vary", binomial_trials, _binomial_varying, ["x", "y"], fixed=("n",)),
     Case(
         "poisson-exposure-free",
         poisson_exposure,
@@ -294,12 +304,17 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
     except Exception as err:  # a row, not the end of the suite
         return row | {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
     w, p = result.measure.weights, result.measure.points
-    truth = {k: data[k] for k in case.free}
+    truth, truth_weights = {k: data[k] for k in case.free}, np.ones(row["N"])
+    if result.measure.meta["trials_expanded"]:  # the weights count trials: so do the truth's
+        trials, response = result.measure.meta["trials_expanded"]
+        truth, truth_weights = trials_as_rows(truth, data[trials], response)
+        row["N"] = int(truth_weights.sum())
     attack_terms = result.objective_terms(p, w)
-    truth_terms = result.objective_terms(truth, np.ones(row["N"]))
+    truth_terms = result.objective_terms(truth, truth_weights)
     tolerance = TRUTH_SE * np.std(attack_terms - truth_terms, ddof=1) / np.sqrt(len(truth_terms))
-    y, y_true = np.asarray(p["y"], float), np.asarray(data["y"], float)
-    mean, mean_true = w @ y / w.sum(), y_true.mean()
+    y, y_true = np.asarray(p["y"], float), np.asarray(truth["y"], float)
+    mean, mean_true = w @ y / w.sum(), truth_weights @ y_true / truth_weights.sum()
+    sd_true = np.sqrt(truth_weights @ (y_true - mean_true) ** 2 / truth_weights.sum())
     started = time.perf_counter()
     mass_se = result.standard_errors["total_mass"]
     return row | {
@@ -314,7 +329,7 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
         "y_mean": float(mean),
         "y_mean_true": float(mean_true),
         "y_sd": float(np.sqrt(w @ (y - mean) ** 2 / w.sum())),
-        "y_sd_true": float(y_true.std()),
+        "y_sd_true": float(sd_true),
         "self_check": bool(result.self_check.reproduces),
         "unseen_mass": float(result.unseen_mass),
         "converged": result.converged(),

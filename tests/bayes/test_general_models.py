@@ -17,7 +17,7 @@ from numpyro.infer import MCMC, NUTS
 import bayes_recon as br
 from bayes_recon import pseudo
 from bayes_recon.identifiability import identifiable_statistics
-from bayes_recon.modelcheck import prepare_release
+from bayes_recon.modelcheck import prepare_release, trials_as_rows
 from bayes_recon.supports import column_supports
 from bayes_recon.weighting import WeightedModel
 from recon_core.measure import WeightedMeasure
@@ -110,6 +110,9 @@ def test_responses_take_their_support_from_the_model():
     free_trials = {"x": (), "n": (), "y": ()}
     with pytest.raises(br.ReconError, match=r"'y' has support .*bounds differ from row to row"):
         column_supports(trials_per_row, free_trials, {}, {"n": constraints.integer_interval(1, 5)})
+    # trials as relaxed counts fail NumPyro's validation in the probe: y had silently become real
+    with pytest.raises(br.ReconError, match=r"'y' has support .*bounds differ from row to row"):
+        column_supports(trials_per_row, free_trials, {}, {"n": constraints.nonnegative_integer})
 
 
 def test_relaxed_count_likelihood_matches_the_model_at_integers_and_moves_between_them():
@@ -231,6 +234,44 @@ def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
         prepare_release(exposure, draws, ["x", "y"], fixed={"t": np.linspace(0.5, 2.0, 30)})
     free = prepare_release(exposure, draws, ["x", "t", "y"], support={"t": constraints.positive})
     assert free.layout.shapes == {"x": (), "t": (), "y": ()}
+    counted = np.random.default_rng(1).integers(
+        1, 6, 30
+    )  # an exposure in whole units is no binomial's trials
+    with pytest.raises(br.ReconError, match=r"fixed 't' has one count per data row.*Bernoulli rows"):
+        prepare_release(exposure, draws, ["x", "y"], fixed={"t": counted})
+
+
+def test_a_binomial_whose_trials_vary_by_row_is_reconstructed_as_its_trials():
+    """Trials known row by row, and different (posteriordb's GLM_Binomial): the attack weighs Bernoulli
+    rows, one a trial, because to the likelihood a row of n trials and c successes is c rows of 1 and
+    n − c of 0 (their log-likelihoods differ by a constant at every draw); the truth is scored that way."""
+
+    def binomial(x, n, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Binomial(n, logits=a + b * x), obs=y)
+
+    rng = np.random.default_rng(2)
+    draws = {"a": rng.normal(size=50), "b": rng.normal(size=50)}
+    x, n = rng.normal(size=30), rng.integers(1, 9, 30)
+    y = rng.binomial(n, 0.4).astype(float)
+    release = prepare_release(binomial, draws, ["x", "y"], fixed={"n": n})
+    assert release.expanded == ("n", "y") and release.weighted_model.fixed["n"] == 1
+    assert pseudo.levels(release.layout.support("y")) == (0.0, 1.0)
+
+    points, weights = trials_as_rows({"x": x, "y": y}, n, "y")
+    assert weights.sum() == n.sum() and weights @ points["y"] == y.sum()
+    theta = jnp.asarray(release.theta)
+    as_rows = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
+        theta, {k: jnp.asarray(v) for k, v in points.items()}
+    ) @ jnp.asarray(weights)
+    data = dataclasses.replace(release.weighted_model, fixed={"n": jnp.asarray(n)})
+    as_data = jax.vmap(data.loglik_per_point, in_axes=(0, None))(
+        theta, {"x": jnp.asarray(x), "y": jnp.asarray(y)}
+    )
+    gap = np.asarray(as_rows - as_data.sum(axis=1))
+    assert np.ptp(gap) < 1e-8 * np.abs(gap).max()  # the same posterior: a constant apart
 
 
 def test_a_parameter_per_row_is_refused_however_it_is_indexed():
