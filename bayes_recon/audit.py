@@ -168,8 +168,12 @@ def audit_posterior(
     check = check_posterior(problem, database, config.identifiability)
     if not check.identifiability.polynomial:
         raise ReconError(
-            f"{name}: the model's features are not polynomials of degree ≤ {check.identifiability.degree}, "
-            "so there are no named statistics to score the attack by; raise --max-degree"
+            f"{name}: the model's features are not polynomials of degree ≤ {check.identifiability.degree} "
+            "(a GLM's link or a mixture makes them non-polynomial), so the audit has no named statistics "
+            "whose span is all the release reveals, and no verdict to give. Run `bayes-recon reconstruct` "
+            "with --data for the recovered-against-true table, the standard errors and the self-check, "
+            "and `bayes-recon check` for the sums the release determines best; raise --max-degree only "
+            "where the features are polynomials of a higher degree"
         )
 
     def kept(draws: str) -> Path | None:

@@ -158,6 +158,7 @@ def files(tmp_path_factory) -> Path:
     (d / "null.json").write_text(json.dumps(chains))
     _cmdstan_csv(d / "header_only.csv", ["beta.1", "beta.2", "sigma"], table[:0])
     (d / "counts.csv").write_text("x,y\n0.1,2\n0.3,2.5\n-0.2,1\n")
+    (d / "whole_counts.csv").write_text("x,y\n0.1,2\n0.3,3\n-0.2,1\n")
     (d / "a_file").write_text("")
     (d / "folder").mkdir()
     (d / "prefix.npz").mkdir()
@@ -259,6 +260,10 @@ BAD_INPUT = [
     (
         "audit --model {d}/poisson.py:model --draws {d}/no_sigma.npz --free x,y --data {d}/counts.csv",
         ["observed site 'y'", "nonnegative_integer", "2.5"],
+    ),
+    (  # a GLM's features are no polynomials: the audit has no statistics to name, and says what to run
+        "audit --model {d}/poisson.py:model --draws {d}/no_sigma.npz --free x,y --data {d}/whole_counts.csv",
+        ["not polynomials", "bayes-recon reconstruct", "--data"],
     ),
     # combining the options
     ("reconstruct --draws {d}/fit.npz", ["--draws describe your own model: add --model"]),
