@@ -361,11 +361,11 @@ def _reconstruct(args: argparse.Namespace) -> int:
         f"{recon.seconds:.1f} s ({truth})"
     )
     _say(format_table(attack.rows()))
-    if recon.measure.meta.get("trials_expanded"):
-        trials, response = recon.measure.meta["trials_expanded"]
+    if expanded := recon.measure.meta.get("trials_expanded"):
         _say(
-            f"counted: the weights count {trials}'s trials, not rows: every pseudo-row is one trial "
-            f"({response} 1 or 0), as the likelihood cannot tell a row of n trials from n rows of one"
+            f"counted: the weights count {expanded['trials']}'s trials, not rows: every pseudo-row is one "
+            f"trial ({expanded['response']} 1 or 0), as the likelihood cannot tell a row of n trials from "
+            "n rows of one"
         )
     if attack.truth is not None:
         _say(

@@ -429,7 +429,7 @@ def recover_from_loglik(
 
     from bayes_recon import pseudo
     from bayes_recon.modelcheck import prepare_release
-    from bayes_recon.supports import observed_columns
+    from bayes_recon.supports import RowBoundedSupport, observed_columns
 
     loglik = np.asarray(loglik, dtype=float)
     if loglik.ndim != 2:
@@ -441,7 +441,15 @@ def recover_from_loglik(
     known = {k: jnp.asarray(v) for k, v in fixed.items() if np.ndim(v) and len(v) == n}
     constants = {k: v for k, v in fixed.items() if k not in known}
     columns = {**free, **{k: v.shape[1:] for k, v in known.items()}}
-    release = prepare_release(model, draws, columns, constants, support)
+    support = dict(support or {})
+    while True:  # a response bounded by a known column (a binomial's trials) is solved for over the reals
+        try:
+            release = prepare_release(model, draws, columns, constants, support)
+            break
+        except RowBoundedSupport as err:
+            if err.column in support:
+                raise
+            support[err.column] = constraints.real
     theta = np.asarray(release.theta)
     if loglik.shape[0] != len(theta):
         raise ReconError(

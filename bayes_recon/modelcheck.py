@@ -42,8 +42,8 @@ class Release(NamedTuple):
     layout: pseudo.Layout
     draws: dict[str, np.ndarray]  # {site: (S, ...)}, constrained, as released
     theta: np.ndarray  # (S, d): the draws as NumPyro's flat unconstrained vectors
-    # (trials, response): a binomial whose trials vary by row, weighed as Bernoulli rows (one a trial)
-    expanded: tuple[str, str] | None = None
+    # {"trials", "response"}: a binomial whose trials differ by row, weighed as Bernoulli rows, one a trial
+    expanded: dict[str, str] | None = None
 
 
 @float64
@@ -55,7 +55,8 @@ def prepare_release(
     support: Mapping[str, Constraint] | None = None,
 ) -> Release:
     """Check the call and the draws against the model; take the free columns' supports from the model."""
-    fixed, draws, support, trials = dict(fixed or {}), as_draws(draws), support or {}, None
+    fixed, draws, support = dict(fixed or {}), as_draws(draws), support or {}
+    trials: tuple[str, np.ndarray] | None = None
     shapes = free_shapes(free)
     check_free(model, list(shapes), fixed)
     layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
@@ -155,19 +156,20 @@ def fixed_rows_adapted(
     fixed: Mapping[str, Any],
     support: Mapping[str, Constraint],
     shapes_found: Callable[[Callable, Mapping[str, Any]], Shapes | None],
-) -> tuple[Callable, dict[str, Any], Shapes | None, str | None]:
+) -> tuple[Callable, dict[str, Any], Shapes | None, tuple[str, np.ndarray] | None]:
     """Where the model failed on pseudo-rows, the fixed arguments that tie it to the data's rows, taken
     one by one until the model runs (then with the per-row shapes ``shapes_found`` found): a whole
     number the model takes as the number of rows (Stan's N in ``plate("rows", N)``: it runs on that many
     rows and fails on one more) is given the pseudo-data's row count at every call; an array of one
     value per row (the model runs on that many rows and fails on one more) is that value where every
-    row has the same and the model runs with it (a binomial's trials); counts that vary by row and that
-    the model runs with at 1 are taken for a binomial's trials, returned by name for
+    row has the same and the model runs with it (a binomial's trials); counts that differ by row and
+    that the model runs with at 1 are returned with their name as a binomial's trials, for
     :func:`check_bernoulli_expansion`; anything else is refused by name (an exposure: the pseudo-rows
-    cannot carry values known row by row)."""
+    cannot carry values known row by row). Numbers come first, then arrays of one value, so that an
+    array that differs by row is tried with the others settled."""
     fixed, trials = dict(fixed), None
     found = shapes_found(model, fixed)
-    for name, value in list(fixed.items()):
+    for name, value in sorted(fixed.items(), key=_settled_first):
         if found is not None:
             break
         others = {k: v for k, v in fixed.items() if k != name}
@@ -184,58 +186,86 @@ def fixed_rows_adapted(
             continue
         values = np.asarray(value)
         one = {**fixed, name: values[0]}
-        if np.all(values == values[:1]) and (found := shapes_found(model, one)) is not None:
-            fixed = one
-            continue
-        unit = {**fixed, name: np.ones((), values.dtype)}
-        counts = values.dtype.kind in "iuf" and values.min() >= 0 and np.all(values == np.round(values))
-        if counts and (found := shapes_found(model, unit)) is not None:
-            fixed, trials = unit, name
-            continue
-        raise ReconError(
-            f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds cannot "
-            f"carry values known row by row. Make {name!r} free (with its support, e.g. "
-            f"support={{{name!r}: constraints.positive}}; command line: --free ...,{name} --support "
-            f"{name}=positive), and the attack reconstructs it with the rest (a binomial whose trials "
-            "vary by row is passed in fixed= as they are)."
+        if np.all(values == values[:1]):
+            found = shapes_found(model, one)
+            differing = [k for k, v in others.items() if np.ndim(v) and _settled_first((k, v)) == 2]
+            if found is not None or differing:  # those are tried next, with this one settled
+                fixed = one
+                continue
+        make_free = (
+            f"Make {name!r} free (with its support, e.g. support={{{name!r}: constraints.positive}}; "
+            f"command line: --free ...,{name} --support {name}=positive), and the attack reconstructs it "
+            "with the rest."
         )
+        whole = values.dtype.kind in "iuf" and values.min() >= 0 and np.all(values == np.round(values))
+        if np.all(values == values[:1]) or not whole:
+            raise ReconError(
+                f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds "
+                f"cannot carry values known row by row. {make_free}"
+            )
+        unit = {**fixed, name: np.ones((), values.dtype)}
+        if (found := shapes_found(model, unit)) is None:
+            raise ReconError(
+                f"fixed {name!r} holds one count per data row ({n}), and they differ. Counts like these "
+                f"are taken as a binomial's trials, with every pseudo-row one trial, where the model runs "
+                f"with {name}=1 broadcast over the rows; this model does not (it sizes something with "
+                f"{name!r} or indexes it by row). Write it so that {name!r} only sets the trials, or: "
+                f"{make_free}"
+            )
+        fixed, trials = unit, (name, values)
     return model, fixed, found, trials
 
 
+def _settled_first(item: tuple[str, Any]) -> int:
+    value = np.asarray(item[1])
+    return 0 if value.ndim == 0 else 1 if np.all(value == value.flat[0]) else 2
+
+
 def check_bernoulli_expansion(
-    weighted: WeightedModel, layout: pseudo.Layout, trials: str, theta: np.ndarray
-) -> tuple[str, str]:
-    """(trials, response) where the model, with its ``trials`` argument at 1, has one response on {0, 1}
-    and a row of n trials and c successes is to the likelihood the n Bernoulli rows of c ones: ℓ(n, c)
-    − c ℓ(1, 1) − (n − c) ℓ(1, 0) the same at every draw ``theta``. A binomial whose trials vary by row
-    is then reconstructed as its trials, each a pseudo-row of one: the posterior cannot tell a row of n
-    trials from n rows of one, so a measure over trials is what the release determines. Refused by
-    name otherwise (the trials used as a covariate too, say)."""
+    weighted: WeightedModel, layout: pseudo.Layout, trials: tuple[str, np.ndarray], theta: np.ndarray
+) -> dict[str, str]:
+    """{"trials": name, "response": column} where the model, with its trials argument at 1, has one
+    response on {0, 1} and a row of n trials and c successes is to the likelihood the n Bernoulli rows
+    of c ones: ℓ(n, c) − c ℓ(1, 1) − (n − c) ℓ(1, 0) the same at every draw ``theta``, for n at 2, the
+    data's largest count and one between, and c at 0, 1, n − 1 and n. A binomial whose trials differ
+    by row is then reconstructed as its trials, each a pseudo-row of one: the posterior cannot tell a
+    row of n trials from n rows of one, so a measure over trials is what the release determines.
+    Refused by name otherwise (the trials used as a covariate too, a beta-binomial)."""
+    name, values = trials
     shapes = layout.shapes.items()
     binary = [k for k, shape in shapes if not shape and pseudo.levels(layout.support(k)) == (0.0, 1.0)]
-    n, successes = 3, np.arange(4.0)
-    data = layout.probe(jax.random.PRNGKey(5), len(successes))
-    as_n = dataclasses.replace(weighted, fixed={**weighted.fixed, trials: np.full((), n)})
+    counts = np.unique([2, int(values.max()), (2 + int(values.max())) // 2])
+    data = layout.probe(jax.random.PRNGKey(5), 4)
+    theta = jnp.asarray(theta)
 
-    def loglik(model: WeightedModel, response: str, values: np.ndarray) -> np.ndarray:
-        rows = {**data, response: jnp.asarray(values)}
-        return np.asarray(jax.vmap(model.loglik_per_point, in_axes=(0, None))(jnp.asarray(theta), rows))
+    def loglik(model: WeightedModel, response: str, successes: np.ndarray) -> np.ndarray:
+        rows = {**data, response: jnp.asarray(successes, dtype=float)}
+        return np.asarray(jax.vmap(model.loglik_per_point, in_axes=(0, None))(theta, rows))
 
-    for response in binary:
-        try:
-            at_n = loglik(as_n, response, successes)
-            one, zero = (loglik(weighted, response, np.full(len(successes), v)) for v in (1.0, 0.0))
-        except Exception:  # the model cannot take this column as the successes
-            continue
-        gap = at_n - successes * one - (n - successes) * zero
-        if np.all(np.isfinite(gap)) and np.ptp(gap, axis=0).max() <= 1e-6 * (1 + np.abs(at_n).max()):
-            return trials, response
+    def bernoulli_rows(response: str) -> bool:
+        one, zero = (loglik(weighted, response, np.full(4, v)) for v in (1.0, 0.0))
+        for n in counts:
+            successes = np.array([0, 1, n - 1, n], dtype=float)
+            as_n = dataclasses.replace(weighted, fixed={**weighted.fixed, name: np.full((), n, values.dtype)})
+            gap = loglik(as_n, response, successes) - successes * one - (n - successes) * zero
+            if not (np.all(np.isfinite(gap)) and np.ptp(gap, axis=0).max() <= 1e-6 * (1 + np.abs(gap).max())):
+                return False
+        return True
+
+    if np.ptp(np.asarray(theta), axis=0).max() > 0:  # one draw would pass any likelihood
+        for response in binary:
+            try:
+                if bernoulli_rows(response):
+                    return {"trials": name, "response": response}
+            except Exception:  # the model cannot take this column as the successes
+                continue
     raise ReconError(
-        f"fixed {trials!r} has one count per data row, and the rows' counts differ: the pseudo-rows the "
-        f"attack builds cannot carry values known row by row. It is taken as a binomial's trials only "
-        f"where the model at {trials}=1 has a response on {{0, 1}} and a row of n trials weighs as n "
-        f"Bernoulli rows; this model's does not. Make {trials!r} free with its support, or leave it "
-        "out of the model's data."
+        f"fixed {name!r} holds one count per data row, and they differ: the pseudo-rows the attack "
+        f"builds cannot carry values known row by row. Counts like these are taken as a binomial's "
+        f"trials only where the model at {name}=1 has a response on {{0, 1}} and a row of n trials "
+        f"weighs as n Bernoulli rows (checked at different draws); this model's does not. Make "
+        f"{name!r} free (with its support, e.g. support={{{name!r}: constraints.positive}}; command "
+        f"line: --free ...,{name} --support {name}=positive), or leave it out of the model's data."
     )
 
 

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from bayes_recon.kernel import model_features
+from bayes_recon.modelcheck import trials_as_rows
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
 from bayes_recon.precision import float64
@@ -184,7 +185,12 @@ def attack_posterior(
         progress=progress,
         checkpoint=checkpoint,
     )
-    return PosteriorAttack(problem.name, problem.entry, reconstruction, problem.truth, seed, problem.database)
+    truth = problem.truth
+    if truth is not None and (expanded := reconstruction.measure.meta.get("trials_expanded")):
+        # scored as the attack weighs it: one point a trial
+        trials = problem.fixed[expanded["trials"]]
+        truth = WeightedMeasure(*trials_as_rows(truth.points, trials, expanded["response"]), truth.meta)
+    return PosteriorAttack(problem.name, problem.entry, reconstruction, truth, seed, problem.database)
 
 
 def check_memory(problem: PosteriorProblem, n_points: int, config: ReconConfig) -> None:

@@ -579,7 +579,7 @@ def reconstruct(
             "objective": objective,
             "config": asdict(config),
             "n_draws": int(z.shape[0]),
-            # a binomial whose trials vary by row: the weights count trials, each pseudo-row one trial
+            # a binomial whose trials differ by row: the weights count trials, each pseudo-row one trial
             "trials_expanded": release.expanded,
         },
     )

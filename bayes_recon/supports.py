@@ -39,6 +39,14 @@ from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 
 
+class RowBoundedSupport(ReconError):
+    """A response whose support's bounds differ by row (set by another free column)."""
+
+    def __init__(self, column: str, message: str) -> None:
+        super().__init__(message)
+        self.column = column
+
+
 def relaxed(support: Constraint) -> Constraint | None:
     """The support a response's pseudo-values take, or None where none can be parametrised."""
     if pseudo.is_discrete(support):
@@ -100,12 +108,13 @@ def column_supports(
         found = relaxed(support)
         bounds = [getattr(support, b, None) for b in ("lower_bound", "upper_bound")]
         if found is None and any(b is not None and pseudo.common_bound(b) is None for b in bounds):
-            raise ReconError(
-                f"{whose} {column!r} has support {support}, whose bounds differ from row to row: the "
-                "attack needs the same support on every row, so a response bounded row by row (a "
-                "binomial whose trials are free) is not supported. Pass the trials in fixed=, one value "
-                "for every row (fixed={'trials': 5}) or one per row (fixed={'trials': trials_of_each_row}: "
-                "the attack then reconstructs the rows' trials as Bernoulli rows, one a trial)."
+            raise RowBoundedSupport(
+                column,
+                f"{whose} {column!r} has support {support}, whose bounds differ from row to row, set by "
+                "another free column: the attack needs the same support on every row. A binomial's "
+                "trials go in fixed=, one value for every row (fixed={'trials': 5}) or one per row "
+                "(fixed={'trials': trials_of_each_row}: the attack then reconstructs the trials as "
+                "Bernoulli rows, one a trial).",
             )
         if found is None:
             raise ReconError(

@@ -29,7 +29,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 
 from bayes_recon.draws import as_draws, group_stan_names
-from bayes_recon.modelcheck import check_data_support, check_free, prepare_release, trials_as_rows
+from bayes_recon.modelcheck import check_data_support, check_free, prepare_release
 from bayes_recon.models import Entry
 from bayes_recon.pipeline import PosteriorProblem
 from bayes_recon.posteriordb import chains_to_draws, load_posterior
@@ -100,12 +100,9 @@ def user_problem(
         points = _truth_columns(columns, shapes)
         check_data_support(function, points, known, supports)
         truth = WeightedMeasure.empirical(points, posterior=name)
-    checked = prepare_release(function, release, shapes, known, supports)  # refused here, not mid-run
-    if truth is not None and checked.expanded is not None:  # scored as the attack weighs it: a point a trial
-        trials, response = checked.expanded
-        truth = WeightedMeasure(*trials_as_rows(truth.points, known[trials], response), {"posterior": name})
+    checked = prepare_release(function, release, shapes, known, supports).draws  # refused here, not mid-run
     entry = Entry(name, function, tuple(shapes), supports, tuple(fixed_names))
-    return PosteriorProblem(name, entry, checked.draws, shapes, known, truth, root)
+    return PosteriorProblem(name, entry, checked, shapes, known, truth, root)
 
 
 def _is_posterior_name(draws: Sequence[str]) -> bool:

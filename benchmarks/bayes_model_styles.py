@@ -4,10 +4,12 @@ The synthetic suite (``bayes_general.py``) writes every family one way. A user's
 is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``,
 Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row, trials given per row (the same on
 every row, or varying), a Student-t whose degrees of freedom are sampled, a mixture without covariates,
-several classes. Each case here
-simulates its data at known parameters (fixed seeds), samples the posterior with NUTS (500 warm-up steps,
-1,000 draws; data and draws cached as ``.npz`` under ``results/bayes_styles_cache/``, delete a file to
-sample it again) and calls only ``br.reconstruct(model, draws, free=..., fixed=..., support=...,
+several classes, two responses per row, a regression of the noise's scale. Five cases take their data
+from posteriordb data sets that have no reference draws there (wells, GLM_Poisson, GLM_Binomial,
+low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others simulate
+their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500 warm-up
+steps, 1,000 draws; data and draws cached as ``.npz`` under ``results/bayes_styles_cache/``, delete a
+file to sample it again) and calls only ``br.reconstruct(model, draws, free=..., fixed=..., support=...,
 n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measure.weights``. It reports:
 
 * the recovered N (Σ w) against the true N, with its standard error (``r.standard_errors``); where
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import traceback
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +52,7 @@ from bayes_recon.modelcheck import trials_as_rows
 br.enable_float64()
 
 CACHE = Path(__file__).resolve().parents[1] / "results" / "bayes_styles_cache"
+POSTERIORDB = Path(__file__).resolve().parents[2] / "shared" / "posteriordb" / "posterior_database"
 WARMUP, SAMPLES = 500, 1000
 TRUTH_SE = 3.0
 
@@ -129,7 +134,7 @@ def no_plate(x, y=None):  # a batch of rows without a plate
     numpyro.sample("y", dist.Normal(a + b * x, s), obs=y)
 
 
-def binomial_trials(x, n, y=None):  # trials given per row, the same on every row
+def binomial_trials(x, n, y=None):  # trials given per row
     a = numpyro.sample("a", dist.Normal(0, 5))
     b = numpyro.sample("b", dist.Normal(0, 5))
     with numpyro.plate("rows", x.shape[0]):
@@ -158,6 +163,68 @@ def softmax_classes(X, y=None):  # three classes, the first the reference
     with numpyro.plate("rows", X.shape[0]):
         logits = jnp.concatenate([jnp.zeros((X.shape[0], 1)), X @ W + c], axis=-1)
         numpyro.sample("y", dist.Categorical(logits=logits), obs=y)
+
+
+def wells_distance(dist_m, y=None):  # posteriordb's wells_dist: the distance in metres, not rescaled
+    beta = numpyro.sample("beta", dist.Normal(0, 10).expand([2]).to_event(1))
+    with numpyro.plate("N", dist_m.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=beta[0] + beta[1] * dist_m), obs=y)
+
+
+def logistic_design(x, y=None):  # posteriordb's wells_interaction_c: bernoulli_logit_glm(x, alpha, beta)
+    alpha = numpyro.sample("alpha", dist.Normal(0, 10))
+    beta = numpyro.sample("beta", dist.Normal(0, 10).expand([x.shape[-1]]).to_event(1))
+    with numpyro.plate("N", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=alpha + x @ beta), obs=y)
+
+
+def poisson_cubic(year, y=None):  # posteriordb's GLM_Poisson: flat priors on intervals, powers inside
+    alpha = numpyro.sample("alpha", dist.Uniform(-20, 20))
+    beta = numpyro.sample("beta", dist.Uniform(-10, 10).expand([3]).to_event(1))
+    with numpyro.plate("n", year.shape[0]):
+        eta = alpha + beta[0] * year + beta[1] * year**2 + beta[2] * year**3
+        numpyro.sample("y", dist.Poisson(jnp.exp(eta)), obs=y)
+
+
+def binomial_quadratic(year, N, y=None):  # posteriordb's GLM_Binomial: trials differ by year
+    alpha = numpyro.sample("alpha", dist.Normal(0, 100))
+    beta1 = numpyro.sample("beta1", dist.Normal(0, 100))
+    beta2 = numpyro.sample("beta2", dist.Normal(0, 100))
+    with numpyro.plate("years", year.shape[0]):
+        numpyro.sample("y", dist.Binomial(N, logits=alpha + beta1 * year + beta2 * year**2), obs=y)
+
+
+def mixture_unordered(y=None):  # posteriordb's low_dim_gauss_mix_collapse: labels switch in the draws
+    mu = numpyro.sample("mu", dist.Normal(0, 2).expand([2]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
+    theta = numpyro.sample("theta", dist.Beta(5, 5))
+    with numpyro.plate("N", y.shape[0]):
+        first = jnp.log(theta) + dist.Normal(mu[0], sigma[0]).log_prob(y)
+        numpyro.factor(
+            "loglik", jnp.logaddexp(first, jnp.log1p(-theta) + dist.Normal(mu[1], sigma[1]).log_prob(y))
+        )
+
+
+def two_responses(x, z=None, y=None):  # a measurement and a binary outcome per row
+    a, b, c = (numpyro.sample(k, dist.Normal(0, 5)) for k in ("a", "b", "c"))
+    s = numpyro.sample("s", dist.HalfNormal(3))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("z", dist.Normal(a + b * x, s), obs=z)
+        numpyro.sample("y", dist.Bernoulli(logits=c * (x - 2)), obs=y)
+
+
+def heteroscedastic(x, y=None):  # the noise's scale a regression too
+    a, b = numpyro.sample("a", dist.Normal(0, 10)), numpyro.sample("b", dist.Normal(0, 10))
+    c, d = numpyro.sample("c", dist.Normal(0, 3)), numpyro.sample("d", dist.Normal(0, 3))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Normal(a + b * x, jnp.exp(c + d * x)), obs=y)
+
+
+def no_intercept(X, y=None):  # posteriordb's sblr style: five covariates, no intercept
+    beta = numpyro.sample("beta", dist.Normal(0, 10).expand([5]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(10))
+    with numpyro.plate("N", X.shape[0]):
+        numpyro.sample("y", dist.Normal(X @ beta, sigma), obs=y)
 
 
 @dataclass(frozen=True)
@@ -243,6 +310,59 @@ def _classes(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"X": X, "y": (p.cumsum(axis=1) < rng.uniform(size=(300, 1))).sum(axis=1).astype(np.int32)}
 
 
+def posteriordb_data(name: str) -> dict[str, np.ndarray]:
+    """A data set of posteriordb (``POSTERIOR_DB_PATH``, else ../shared's), by its data name."""
+    root = Path(os.environ.get("POSTERIOR_DB_PATH", POSTERIORDB))
+    with zipfile.ZipFile(root / "data" / "data" / f"{name}.json.zip") as archive:
+        return {k: np.asarray(v) for k, v in json.loads(archive.read(f"{name}.json")).items()}
+
+
+def _wells_distance(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    wells = posteriordb_data("wells_data")
+    return {"dist_m": wells["dist"].astype(float), "y": wells["switched"].astype(np.int32)}
+
+
+def _wells_interaction(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    wells = posteriordb_data("wells_data")
+    distance, arsenic = (
+        (wells["dist"] - wells["dist"].mean()) / 100,
+        wells["arsenic"] - wells["arsenic"].mean(),
+    )
+    return {
+        "x": np.column_stack([distance, arsenic, distance * arsenic]),
+        "y": wells["switched"].astype(np.int32),
+    }
+
+
+def _poisson_cubic(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    counts = posteriordb_data("GLM_Poisson_Data")
+    return {"year": counts["year"].astype(float), "y": counts["C"]}
+
+
+def _binomial_quadratic(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    counts = posteriordb_data("GLM_Binomial_data")
+    return {"year": counts["year"].astype(float), "N": counts["N"], "y": counts["C"]}
+
+
+def _mixture_unordered(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"y": posteriordb_data("low_dim_gauss_mix_collapse")["y"].astype(float)}
+
+
+def _two_responses(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(2, 1, 250)
+    return {"x": x, "z": 1 + 0.5 * x + rng.normal(size=250), "y": _logistic(0.8 * (x - 2), rng)}
+
+
+def _heteroscedastic(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.uniform(0, 10, 300)
+    return {"x": x, "y": 2 + 0.7 * x + np.exp(-1 + 0.2 * x) * rng.normal(size=300)}
+
+
+def _no_intercept(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    X = rng.normal(size=(100, 5)) * np.array([1, 2, 0.5, 10, 0.1])
+    return {"X": X, "y": X @ np.array([1, -1, 2, 0.1, 5]) + rng.normal(size=100)}
+
+
 CASES = (
     Case("lognormal", lognormal, _lognormal, ["x", "y"]),
     Case("ordered-logistic", ordered_logistic, _ordered, ["x", "y"]),
@@ -264,6 +384,14 @@ CASES = (
     ),
     Case("student-t-df-sampled", student_df, _student, ["x", "y"]),
     Case("softmax-three-classes", softmax_classes, _classes, {"X": (2,), "y": ()}),
+    Case("two-responses", two_responses, _two_responses, ["x", "z", "y"]),
+    Case("heteroscedastic", heteroscedastic, _heteroscedastic, ["x", "y"]),
+    Case("no-intercept-five", no_intercept, _no_intercept, {"X": (5,), "y": ()}),
+    Case("wells-distance-metres", wells_distance, _wells_distance, ["dist_m", "y"]),
+    Case("wells-interaction", logistic_design, _wells_interaction, {"x": (3,), "y": ()}),
+    Case("glm-poisson-cubic", poisson_cubic, _poisson_cubic, ["year", "y"]),
+    Case("glm-binomial-trials-vary", binomial_quadratic, _binomial_quadratic, ["year", "y"], fixed=("N",)),
+    Case("mixture-labels-switch", mixture_unordered, _mixture_unordered, ["y"]),
 )
 BY_CASE = {c.name: c for c in CASES}
 
@@ -305,9 +433,8 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
         return row | {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
     w, p = result.measure.weights, result.measure.points
     truth, truth_weights = {k: data[k] for k in case.free}, np.ones(row["N"])
-    if result.measure.meta["trials_expanded"]:  # the weights count trials: so do the truth's
-        trials, response = result.measure.meta["trials_expanded"]
-        truth, truth_weights = trials_as_rows(truth, data[trials], response)
+    if expanded := result.measure.meta["trials_expanded"]:  # the weights count trials: so do the truth's
+        truth, truth_weights = trials_as_rows(truth, data[expanded["trials"]], expanded["response"])
         row["N"] = int(truth_weights.sum())
     attack_terms = result.objective_terms(p, w)
     truth_terms = result.objective_terms(truth, truth_weights)

@@ -51,6 +51,17 @@ def model(x, y=None):
         numpyro.sample("y", dist.Poisson(jnp.exp(beta[0] + beta[1] * x)), obs=y)
 """
 
+BINOMIAL = """\
+import numpyro
+import numpyro.distributions as dist
+
+
+def model(x, n, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 2.0).expand([2]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Binomial(n, logits=beta[0] + beta[1] * x), obs=y)
+"""
+
 NOT_OBSERVED = """\
 import numpyro
 import numpyro.distributions as dist
@@ -105,7 +116,7 @@ def files(tmp_path_factory) -> Path:
     """The user's models, draws in every format, data sets, and broken variants of each."""
     d = tmp_path_factory.mktemp("user")
     for name, text in {"linear": LINEAR, "poisson": POISSON, "unobserved": NOT_OBSERVED, "kidiq": KIDIQ_MODEL,
-                       "broken": "def model(x:\n"}.items():  # fmt: skip
+                       "binomial": BINOMIAL, "broken": "def model(x:\n"}.items():  # fmt: skip
         (d / f"{name}.py").write_text(text)
 
     rng = np.random.default_rng(0)
@@ -159,6 +170,10 @@ def files(tmp_path_factory) -> Path:
     _cmdstan_csv(d / "header_only.csv", ["beta.1", "beta.2", "sigma"], table[:0])
     (d / "counts.csv").write_text("x,y\n0.1,2\n0.3,2.5\n-0.2,1\n")
     (d / "whole_counts.csv").write_text("x,y\n0.1,2\n0.3,3\n-0.2,1\n")
+    trials = rng.integers(1, 9, N_ROWS)
+    (d / "trials.csv").write_text(
+        "x,n,y\n" + "".join(f"{a:.17g},{t},{rng.binomial(t, 0.5)}\n" for a, t in zip(x, trials, strict=True))
+    )
     (d / "a_file").write_text("")
     (d / "folder").mkdir()
     (d / "prefix.npz").mkdir()
@@ -393,6 +408,30 @@ def test_check_on_the_users_model_names_the_statistics(files, capsys):
     assert out.startswith(f"{files / 'fit.nc'}: the posterior draws alone; nothing else in the file")
     assert "\nlinear.py:model: the draws pin down 6 statistics" in out
     assert "Σ x·y" in out and "Σ y²" in out
+
+
+def test_trials_that_differ_by_row_are_counted_as_trials(files, capsys, monkeypatch, fake_reconstruct):
+    """The attack weighs a binomial's trials (one pseudo-row each): the output says so, and the truth it
+    is scored against is the data's trials, N = Σ n."""
+    from bayes_recon import pipeline
+
+    stand_in = pipeline.reconstruct
+
+    def expanded(*args, **kwargs):
+        recon = stand_in(*args, **kwargs)
+        recon.measure.meta["trials_expanded"] = {"trials": "n", "response": "y"}
+        return recon
+
+    monkeypatch.setattr(pipeline, "reconstruct", expanded)
+    out_json = files / "trials_out.json"
+    argv = ["reconstruct", "--model", f"{files}/binomial.py:model", "--draws", f"{files}/no_sigma.npz",
+            "--data", f"{files}/trials.csv", "--free", "x,y", "--fixed", "n",
+            "--json", str(out_json)]  # fmt: skip
+    assert main(argv) in (0, 3)
+    assert "counted: the weights count n's trials, not rows" in capsys.readouterr().out
+    table = np.loadtxt(files / "trials.csv", delimiter=",", skiprows=1)
+    assert json.loads(out_json.read_text())["true_n"] == table[:, 1].sum()
+    assert fake_reconstruct[-1].fixed["n"].shape == (N_ROWS,)  # the attack gets the trials as they are
 
 
 def test_quiet_is_taken_after_the_subcommand_too(capsys, fake_reconstruct):

@@ -237,8 +237,39 @@ def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
     counted = np.random.default_rng(1).integers(
         1, 6, 30
     )  # an exposure in whole units is no binomial's trials
-    with pytest.raises(br.ReconError, match=r"fixed 't' has one count per data row.*Bernoulli rows"):
+    with pytest.raises(br.ReconError, match=r"fixed 't' holds one count per data row.*Bernoulli rows"):
         prepare_release(exposure, draws, ["x", "y"], fixed={"t": counted})
+
+
+def binomial_with_offset(x, c, n, y=None):
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Binomial(n, logits=a * x + c), obs=y)
+
+
+def binomial_trials_as_covariate(x, n, y=None):
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Binomial(n, logits=a * (x + (n >= 5))), obs=y)
+
+
+def beta_binomial(x, n, y=None):
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    p = jax.nn.sigmoid(a * x)
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.BetaBinomial(4 * p, 4 * (1 - p), n), obs=y)
+
+
+@pytest.mark.parametrize("model", [binomial_trials_as_covariate, beta_binomial])
+def test_counts_per_row_whose_rows_are_not_bernoulli_rows_are_refused(model):
+    """A row of n trials must weigh as n Bernoulli rows at every draw: not where n also moves the logit
+    (only from 5 trials on, which n = 1 and n = 3 alone would miss), nor for a beta-binomial."""
+    rng = np.random.default_rng(3)
+    draws = {"a": rng.normal(size=50)}
+    with pytest.raises(
+        br.ReconError, match=r"fixed 'n' holds one count per data row.*weighs as n Bernoulli rows"
+    ):
+        prepare_release(model, draws, ["x", "y"], fixed={"n": rng.integers(1, 9, 30)})
 
 
 def test_a_binomial_whose_trials_vary_by_row_is_reconstructed_as_its_trials():
@@ -257,7 +288,10 @@ def test_a_binomial_whose_trials_vary_by_row_is_reconstructed_as_its_trials():
     x, n = rng.normal(size=30), rng.integers(1, 9, 30)
     y = rng.binomial(n, 0.4).astype(float)
     release = prepare_release(binomial, draws, ["x", "y"], fixed={"n": n})
-    assert release.expanded == ("n", "y") and release.weighted_model.fixed["n"] == 1
+    assert release.expanded == {"trials": "n", "response": "y"} and release.weighted_model.fixed["n"] == 1
+    # beside an array of one value, in either order
+    both = prepare_release(binomial_with_offset, draws, ["x", "y"], fixed={"n": n, "c": np.full(30, 0.5)})
+    assert both.expanded == {"trials": "n", "response": "y"} and both.weighted_model.fixed["c"] == 0.5
     assert pseudo.levels(release.layout.support("y")) == (0.0, 1.0)
 
     points, weights = trials_as_rows({"x": x, "y": y}, n, "y")
