@@ -100,6 +100,11 @@ def mixture_no_covariates(y=None):  # posteriordb's low_dim_gauss_mix, as NumPyr
         numpyro.sample("y", dist.MixtureSameFamily(components, dist.Normal(mu, sigma)), obs=y)
 
 
+def log_mix(theta, mu, sigma, y):  # Stan's log_mix of two normals, one term per row
+    first = jnp.log(theta) + dist.Normal(mu[0], sigma[0]).log_prob(y)
+    return jnp.logaddexp(first, jnp.log1p(-theta) + dist.Normal(mu[1], sigma[1]).log_prob(y))
+
+
 def mixture_factor(y=None):  # the same, as Stan writes it: log_mix in a factor per row
     mu = numpyro.sample(
         "mu", dist.TransformedDistribution(dist.Normal(0, 2).expand([2]), dist.transforms.OrderedTransform())
@@ -107,10 +112,7 @@ def mixture_factor(y=None):  # the same, as Stan writes it: log_mix in a factor 
     sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
     theta = numpyro.sample("theta", dist.Beta(5, 5))
     with numpyro.plate("rows", y.shape[0]):
-        first = jnp.log(theta) + dist.Normal(mu[0], sigma[0]).log_prob(y)
-        numpyro.factor(
-            "loglik", jnp.logaddexp(first, jnp.log1p(-theta) + dist.Normal(mu[1], sigma[1]).log_prob(y))
-        )
+        numpyro.factor("loglik", log_mix(theta, mu, sigma, y))
 
 
 def regression_counted(X, y=None):  # coefficients sized by X.shape[-1], X named in a list
@@ -199,10 +201,7 @@ def mixture_unordered(y=None):  # posteriordb's low_dim_gauss_mix_collapse: labe
     sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
     theta = numpyro.sample("theta", dist.Beta(5, 5))
     with numpyro.plate("N", y.shape[0]):
-        first = jnp.log(theta) + dist.Normal(mu[0], sigma[0]).log_prob(y)
-        numpyro.factor(
-            "loglik", jnp.logaddexp(first, jnp.log1p(-theta) + dist.Normal(mu[1], sigma[1]).log_prob(y))
-        )
+        numpyro.factor("loglik", log_mix(theta, mu, sigma, y))
 
 
 def two_responses(x, z=None, y=None):  # a measurement and a binary outcome per row
