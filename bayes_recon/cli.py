@@ -24,7 +24,7 @@ import sys
 import textwrap
 import threading
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -361,12 +361,8 @@ def _reconstruct(args: argparse.Namespace) -> int:
         f"{recon.seconds:.1f} s ({truth})"
     )
     _say(format_table(attack.rows()))
-    if expanded := recon.measure.meta.get("trials_expanded"):
-        _say(
-            f"counted: the weights count {expanded['trials']}'s trials, not rows: every pseudo-row is one "
-            f"trial ({expanded['response']} 1 or 0), as the likelihood cannot tell a row of n trials from "
-            "n rows of one"
-        )
+    if units := recon.measure.meta.get("units"):
+        _say(f"counted: {describe_units(units)}")
     if attack.truth is not None:
         _say(
             f"MMD between true and reconstructed data under the model-induced kernel, relative to the "
@@ -635,6 +631,21 @@ def _largest_words(spread: dict[str, float]) -> str:
     if largest["cov"] is not None:
         parts.append(f"the covariances by at most {number(largest['cov'])} (in correlation)")
     return ", ".join(parts)
+
+
+def describe_units(units: Mapping[str, str]) -> str:
+    """What one unit of weight is, where the rows were weighed as their trials or exposure."""
+    column, response = units["column"], units["response"]
+    if units["kind"] == "trials":
+        return (
+            f"the weights count {column}'s trials, not rows: every pseudo-row is one trial ({response} 1 "
+            "or 0), as the likelihood cannot tell a row of n trials from n rows of one"
+        )
+    return (
+        f"the weights count {column}'s units of exposure, not rows: every pseudo-row is one unit "
+        f"({response} its count per unit), as the likelihood cannot tell a row of exposure t from t rows "
+        "of exposure one"
+    )
 
 
 def describe_restarts(recon: Any) -> str:

@@ -42,8 +42,9 @@ class Release(NamedTuple):
     layout: pseudo.Layout
     draws: dict[str, np.ndarray]  # {site: (S, ...)}, constrained, as released
     theta: np.ndarray  # (S, d): the draws as NumPyro's flat unconstrained vectors
-    # {"trials", "response"}: a binomial whose trials differ by row, weighed as Bernoulli rows, one a trial
-    expanded: dict[str, str] | None = None
+    # {"column", "response", "kind"}: a binomial's trials or a rate's exposure that differ by row, the
+    # rows weighed as their units, a pseudo-row each (check_units)
+    units: dict[str, str] | None = None
 
 
 @float64
@@ -56,7 +57,7 @@ def prepare_release(
 ) -> Release:
     """Check the call and the draws against the model; take the free columns' supports from the model."""
     fixed, draws, support = dict(fixed or {}), as_draws(draws), support or {}
-    trials: tuple[str, np.ndarray] | None = None
+    units: tuple[str, np.ndarray] | None = None
     shapes = free_shapes(free)
     check_free(model, list(shapes), fixed)
     layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
@@ -70,7 +71,7 @@ def prepare_release(
                 return declared
             return row_shapes_inferred(candidate, list(declared), known, support, draws) if listed else None
 
-        model, fixed, found, trials = fixed_rows_adapted(model, declared, fixed, support, shapes_found)
+        model, fixed, found, units = fixed_rows_adapted(model, declared, fixed, support, shapes_found)
         shapes = found or declared  # else the model's failure is raised below
         layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
         latent = latent_shapes(model, layout, fixed)
@@ -80,8 +81,8 @@ def prepare_release(
     probe_draws = theta[np.linspace(0, len(theta) - 1, 4).round().astype(int)]
     check_rows_exchangeable(weighted, layout, probe_draws)
     check_covariates(weighted, layout, probe_draws)
-    expanded = None if trials is None else check_bernoulli_expansion(weighted, layout, trials, probe_draws)
-    return Release(weighted, layout, checked, theta, expanded)
+    per_unit = None if units is None else check_units(weighted, layout, units, probe_draws)
+    return Release(weighted, layout, checked, theta, per_unit)
 
 
 def model_arguments(model: Callable) -> tuple[set[str], bool]:
@@ -162,12 +163,12 @@ def fixed_rows_adapted(
     number the model takes as the number of rows (Stan's N in ``plate("rows", N)``: it runs on that many
     rows and fails on one more) is given the pseudo-data's row count at every call; an array of one
     value per row (the model runs on that many rows and fails on one more) is that value where every
-    row has the same and the model runs with it (a binomial's trials); counts that differ by row and
-    that the model runs with at 1 are returned with their name as a binomial's trials, for
-    :func:`check_bernoulli_expansion`; anything else is refused by name (an exposure: the pseudo-rows
-    cannot carry values known row by row). Numbers come first, then arrays of one value, so that an
+    row has the same and the model runs with it (a binomial's trials); non-negative values that differ
+    by row and that the model runs with at 1 are returned with their name, as a binomial's trials or a
+    rate's exposure, for :func:`check_units`; anything else is refused by name (the pseudo-rows cannot
+    carry values known row by row). Numbers come first, then arrays of one value, so that an
     array that differs by row is tried with the others settled."""
-    fixed, trials = dict(fixed), None
+    fixed, units = dict(fixed), None
     found = shapes_found(model, fixed)
     for name, value in sorted(fixed.items(), key=_settled_first):
         if found is not None:
@@ -197,23 +198,24 @@ def fixed_rows_adapted(
             f"command line: --free ...,{name} --support {name}=positive), and the attack reconstructs it "
             "with the rest."
         )
-        whole = values.dtype.kind in "iuf" and values.min() >= 0 and np.all(values == np.round(values))
-        if np.all(values == values[:1]) or not whole:
+        sizes = values.dtype.kind in "iuf" and values.min() >= 0
+        if np.all(values == values[:1]) or not sizes:
+            offset = " (an offset log t: pass t itself and write t * exp(...))" if np.min(values) < 0 else ""
             raise ReconError(
                 f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds "
-                f"cannot carry values known row by row. {make_free}"
+                f"cannot carry values known row by row{offset}. {make_free}"
             )
         unit = {**fixed, name: np.ones((), values.dtype)}
         if (found := shapes_found(model, unit)) is None:
             raise ReconError(
-                f"fixed {name!r} holds one count per data row ({n}), and they differ. Counts like these "
-                f"are taken as a binomial's trials, with every pseudo-row one trial, where the model runs "
-                f"with {name}=1 broadcast over the rows; this model does not (it sizes something with "
-                f"{name!r} or indexes it by row). Write it so that {name!r} only sets the trials, or: "
-                f"{make_free}"
+                f"fixed {name!r} holds one value per data row ({n}), and they differ. Values like these "
+                f"are taken as a binomial's trials or a rate's exposure, every pseudo-row one unit, where "
+                f"the model runs with {name}=1 broadcast over the rows; this model does not (it sizes "
+                f"something with {name!r} or indexes it by row). Write it so that {name!r} only sets the "
+                f"trials or the exposure, or: {make_free}"
             )
-        fixed, trials = unit, (name, values)
-    return model, fixed, found, trials
+        fixed, units = unit, (name, values)
+    return model, fixed, found, units
 
 
 def _settled_first(item: tuple[str, Any]) -> int:
@@ -221,64 +223,92 @@ def _settled_first(item: tuple[str, Any]) -> int:
     return 0 if value.ndim == 0 else 1 if np.all(value == value.flat[0]) else 2
 
 
-def check_bernoulli_expansion(
-    weighted: WeightedModel, layout: pseudo.Layout, trials: tuple[str, np.ndarray], theta: np.ndarray
+def check_units(
+    weighted: WeightedModel, layout: pseudo.Layout, units: tuple[str, np.ndarray], theta: np.ndarray
 ) -> dict[str, str]:
-    """{"trials": name, "response": column} where the model, with its trials argument at 1, has one
-    response on {0, 1} and a row of n trials and c successes is to the likelihood the n Bernoulli rows
-    of c ones: ℓ(n, c) − c ℓ(1, 1) − (n − c) ℓ(1, 0) the same at every draw ``theta``, for n at 2, the
-    data's largest count and one between, and c at 0, 1, n − 1 and n. A binomial whose trials differ
-    by row is then reconstructed as its trials, each a pseudo-row of one: the posterior cannot tell a
-    row of n trials from n rows of one, so a measure over trials is what the release determines.
-    Refused by name otherwise (the trials used as a covariate too, a beta-binomial)."""
-    name, values = trials
-    shapes = layout.shapes.items()
-    binary = [k for k, shape in shapes if not shape and pseudo.levels(layout.support(k)) == (0.0, 1.0)]
-    counts = np.unique([2, int(values.max()), (2 + int(values.max())) // 2])
+    """{"column": name, "response": column, "kind": "trials" or "exposure"} where a row with ``units``'
+    value u weighs as u rows with it at 1 (the model runs with it at 1, as passed). At every draw
+    ``theta`` (four that differ):
+
+    * trials, for a response on {0, 1} (a binomial's successes c of n): ℓ(n, c) − c ℓ(1, 1) −
+      (n − c) ℓ(1, 0) is the same, for n at 2, the data's largest count and one between, and c at 0,
+      1, n − 1 and n: a row of n trials is n Bernoulli rows;
+    * exposure, for any other response y (a Poisson count with its mean t·λ): ℓ(t, t r) − t ℓ(1, r) is
+      the same, for t at half and all of the data's largest and r on the response's support: a row of
+      exposure t and count y is t rows of exposure 1 and count y / t.
+
+    The attack then reconstructs the units, a pseudo-row each: the posterior cannot tell the row from
+    its units, so a measure over units is what the release determines. Refused by name otherwise (the
+    trials used as a covariate too, a beta-binomial, a negative binomial's exposure)."""
+    name, values = units
+    scalar = [k for k, shape in layout.shapes.items() if not shape]
     data = layout.probe(jax.random.PRNGKey(5), 4)
     theta = jnp.asarray(theta)
+    largest = float(values.max())
 
-    def loglik(model: WeightedModel, response: str, successes: np.ndarray) -> np.ndarray:
-        rows = {**data, response: jnp.asarray(successes, dtype=float)}
+    def loglik(model: WeightedModel, response: str, values: np.ndarray) -> np.ndarray:
+        rows = {**data, response: jnp.asarray(values, dtype=float)}
         return np.asarray(jax.vmap(model.loglik_per_point, in_axes=(0, None))(theta, rows))
 
-    def bernoulli_rows(response: str) -> bool:
+    def at(size: float) -> WeightedModel:
+        dtype = values.dtype if float(size).is_integer() else float
+        return dataclasses.replace(weighted, fixed={**weighted.fixed, name: np.full((), size, dtype)})
+
+    def constant(gap: np.ndarray) -> bool:
+        return bool(np.all(np.isfinite(gap)) and np.ptp(gap, axis=0).max() <= 1e-6 * (1 + np.abs(gap).max()))
+
+    def trials(response: str) -> bool:
         one, zero = (loglik(weighted, response, np.full(4, v)) for v in (1.0, 0.0))
-        for n in counts:
-            successes = np.array([0, 1, n - 1, n], dtype=float)
-            as_n = dataclasses.replace(weighted, fixed={**weighted.fixed, name: np.full((), n, values.dtype)})
-            gap = loglik(as_n, response, successes) - successes * one - (n - successes) * zero
-            if not (np.all(np.isfinite(gap)) and np.ptp(gap, axis=0).max() <= 1e-6 * (1 + np.abs(gap).max())):
+        for n in np.unique([2, int(largest), (2 + int(largest)) // 2]):
+            c = np.array([0, 1, n - 1, n], dtype=float)
+            if not constant(loglik(at(n), response, c) - c * one - (n - c) * zero):
                 return False
         return True
 
-    if np.ptp(np.asarray(theta), axis=0).max() > 0:  # one draw would pass any likelihood
-        for response in binary:
+    def exposure(response: str) -> bool:
+        rate = np.array(data[response], dtype=float)
+        rate[0] = 0.0  # the commonest count
+        one = loglik(weighted, response, rate)
+        sizes = np.unique([values[values > 0].min(), 0.5, largest / 2, largest])
+        return all(constant(loglik(at(t), response, t * rate) - t * one) for t in sizes)
+
+    if np.ptp(np.asarray(theta), axis=0).max() > 0 and np.issubdtype(values.dtype, np.number):
+        for response in scalar:
+            binary = pseudo.levels(layout.support(response)) == (0.0, 1.0)
+            whole = bool(np.all(values == np.round(values)))
+            if (binary and not whole) or (not binary and pseudo.is_discrete(layout.support(response))):
+                continue  # trials are whole; class labels take neither
             try:
-                if bernoulli_rows(response):
-                    return {"trials": name, "response": response}
-            except Exception:  # the model cannot take this column as the successes
+                if (trials if binary else exposure)(response):
+                    return {"column": name, "response": response, "kind": "trials" if binary else "exposure"}
+            except Exception:  # the model cannot take this column as the response
                 continue
     raise ReconError(
-        f"fixed {name!r} holds one count per data row, and they differ: the pseudo-rows the attack "
-        f"builds cannot carry values known row by row. Counts like these are taken as a binomial's "
-        f"trials only where the model at {name}=1 has a response on {{0, 1}} and a row of n trials "
-        f"weighs as n Bernoulli rows (checked at different draws); this model's does not. Make "
-        f"{name!r} free (with its support, e.g. support={{{name!r}: constraints.positive}}; command "
-        f"line: --free ...,{name} --support {name}=positive), or leave it out of the model's data."
+        f"fixed {name!r} holds one value per data row, and they differ: the pseudo-rows the attack builds "
+        f"cannot carry values known row by row. Values like these are taken as a binomial's trials or a "
+        f"rate's exposure only where a row with {name} = u weighs as u rows with {name} = 1 (a row of n "
+        f"trials as n Bernoulli rows; a Poisson count y of exposure t as t rows of rate y / t), checked at "
+        f"different draws; this model's rows do not. Make {name!r} free (with its support, e.g. "
+        f"support={{{name!r}: constraints.positive}}; command line: --free ...,{name} --support "
+        f"{name}=positive), or leave it out of the model's data."
     )
 
 
-def trials_as_rows(
-    points: Mapping[str, np.ndarray], trials: np.ndarray, response: str
+def rows_as_units(
+    points: Mapping[str, np.ndarray], values: np.ndarray, units: Mapping[str, str]
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Data rows of ``trials`` trials each, as the measure :func:`check_bernoulli_expansion`'s attack
-    reconstructs: every row as a point of successes (``response`` 1) weighing its successes and one of
-    failures (0) weighing the rest; weightless points left out."""
-    successes = np.asarray(points[response], dtype=float)
-    weights = np.concatenate([successes, np.asarray(trials, dtype=float) - successes])
+    """Data rows as the measure :func:`check_units`' attack reconstructs, weightless points left out: for
+    trials, every row as a point of successes (the response 1) weighing its successes and one of
+    failures (0) weighing the rest; for an exposure, every row as a point of rate y / t weighing t."""
+    response, size = units["response"], np.asarray(values, dtype=float)
+    y = np.asarray(points[response], dtype=float)
+    if units["kind"] == "exposure":
+        kept = size > 0
+        rates = {**points, response: y / np.where(kept, size, 1.0)}
+        return {k: np.asarray(v)[kept] for k, v in rates.items()}, size[kept]
+    weights = np.concatenate([y, size - y])
     doubled = {k: np.concatenate([v, v]) for k, v in points.items()}
-    doubled[response] = np.concatenate([np.ones_like(successes), np.zeros_like(successes)])
+    doubled[response] = np.concatenate([np.ones_like(y), np.zeros_like(y)])
     kept = weights > 0
     return {k: v[kept] for k, v in doubled.items()}, weights[kept]
 

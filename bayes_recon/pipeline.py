@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from bayes_recon.kernel import model_features
-from bayes_recon.modelcheck import trials_as_rows
+from bayes_recon.modelcheck import rows_as_units
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
 from bayes_recon.precision import float64
@@ -186,10 +186,10 @@ def attack_posterior(
         checkpoint=checkpoint,
     )
     truth = problem.truth
-    if truth is not None and (expanded := reconstruction.measure.meta.get("trials_expanded")):
-        # scored as the attack weighs it: one point a trial
-        trials = problem.fixed[expanded["trials"]]
-        truth = WeightedMeasure(*trials_as_rows(truth.points, trials, expanded["response"]), truth.meta)
+    if truth is not None and (units := reconstruction.measure.meta.get("units")):
+        # scored as the attack weighs it: a point a unit of trials or exposure
+        values = problem.fixed[units["column"]]
+        truth = WeightedMeasure(*rows_as_units(truth.points, values, units), truth.meta)
     return PosteriorAttack(problem.name, problem.entry, reconstruction, truth, seed, problem.database)
 
 

@@ -579,8 +579,8 @@ def reconstruct(
             "objective": objective,
             "config": asdict(config),
             "n_draws": int(z.shape[0]),
-            # a binomial whose trials differ by row: the weights count trials, each pseudo-row one trial
-            "trials_expanded": release.expanded,
+            # trials or an exposure that differ by row: the weights count their units, a pseudo-row each
+            "units": release.units,
         },
     )
     return Reconstruction(

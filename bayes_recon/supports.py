@@ -5,8 +5,8 @@ distribution, and the pseudo-data must live there:
 
 * few values (``boolean``: Bernoulli; a small ``integer_interval``: Categorical, ordinal, a
   Binomial of few trials) — exact values, by stratifying the pseudo-data (:mod:`bayes_recon.pseudo`);
-  a Binomial whose trials vary by row (given in ``fixed``) as Bernoulli rows, one a trial
-  (:func:`bayes_recon.modelcheck.check_bernoulli_expansion`);
+  a Binomial whose trials vary by row (given in ``fixed``) as Bernoulli rows, one a trial, and a
+  count whose exposure varies by row as units of exposure (:func:`bayes_recon.modelcheck.check_units`);
 * counts (``nonnegative_integer``: Poisson, negative binomial, zero-inflated counts; a large
   ``integer_interval``) — a continuous relaxation: the pseudo-counts move over the positive reals
   (or the interval) and the model's log-probability formula is evaluated there without NumPyro's

@@ -13,8 +13,8 @@ file to sample it again) and calls only ``br.reconstruct(model, draws, free=...,
 n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measure.weights``. It reports:
 
 * the recovered N (Σ w) against the true N, with its standard error (``r.standard_errors``); where
-  trials vary by row, N counts trials and the truth is scored as Bernoulli rows, one a trial
-  (``modelcheck.trials_as_rows``), as the attack weighs them;
+  trials or an exposure differ by row, N counts their units and the truth is scored as those units
+  (``modelcheck.rows_as_units``), as the attack weighs them;
 * the truth bar: J_attack ≤ J_truth + 3 Monte Carlo se of the paired per-draw difference, J_truth the
   objective of the true data with all weights 1 on the same draws (as in ``bayes_general.py``);
 * the response's weighted mean and sd against the data's;
@@ -47,7 +47,7 @@ from numpyro.distributions import constraints
 from numpyro.infer import MCMC, NUTS
 
 import bayes_recon as br
-from bayes_recon.modelcheck import trials_as_rows
+from bayes_recon.modelcheck import rows_as_units
 
 br.enable_float64()
 
@@ -381,6 +381,7 @@ CASES = (
         ["x", "t", "y"],
         support={"t": constraints.positive},
     ),
+    Case("poisson-exposure-fixed", poisson_exposure, _exposure, ["x", "y"], fixed=("t",)),
     Case("student-t-df-sampled", student_df, _student, ["x", "y"]),
     Case("softmax-three-classes", softmax_classes, _classes, {"X": (2,), "y": ()}),
     Case("two-responses", two_responses, _two_responses, ["x", "z", "y"]),
@@ -432,9 +433,9 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
         return row | {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
     w, p = result.measure.weights, result.measure.points
     truth, truth_weights = {k: data[k] for k in case.free}, np.ones(row["N"])
-    if expanded := result.measure.meta["trials_expanded"]:  # the weights count trials: so do the truth's
-        truth, truth_weights = trials_as_rows(truth, data[expanded["trials"]], expanded["response"])
-        row["N"] = int(truth_weights.sum())
+    if units := result.measure.meta["units"]:  # the weights count trials or exposure: so do the truth's
+        truth, truth_weights = rows_as_units(truth, data[units["column"]], units)
+        row["N"] = float(truth_weights.sum())
     attack_terms = result.objective_terms(p, w)
     truth_terms = result.objective_terms(truth, truth_weights)
     tolerance = TRUTH_SE * np.std(attack_terms - truth_terms, ddof=1) / np.sqrt(len(truth_terms))
@@ -476,7 +477,7 @@ def styles_table(rows: list[dict[str, Any]]) -> str:
         verdict = "reproduces" if r["self_check"] else "**does not**"
         cells = (
             r["case"],
-            r["N"],
+            f"{r['N']:,.6g}",
             r["M"],
             f"{r['mass']:,.1f} ({100 * r['mass_se']:.1f})",
             f"{delta:+.2f}",

@@ -419,7 +419,7 @@ def test_trials_that_differ_by_row_are_counted_as_trials(files, capsys, monkeypa
 
     def expanded(*args, **kwargs):
         recon = stand_in(*args, **kwargs)
-        recon.measure.meta["trials_expanded"] = {"trials": "n", "response": "y"}
+        recon.measure.meta["units"] = {"column": "n", "response": "y", "kind": "trials"}
         return recon
 
     monkeypatch.setattr(pipeline, "reconstruct", expanded)

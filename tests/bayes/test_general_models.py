@@ -16,8 +16,9 @@ from numpyro.infer import MCMC, NUTS
 
 import bayes_recon as br
 from bayes_recon import pseudo
+from bayes_recon.cli import describe_units
 from bayes_recon.identifiability import identifiable_statistics
-from bayes_recon.modelcheck import prepare_release, trials_as_rows
+from bayes_recon.modelcheck import prepare_release, rows_as_units
 from bayes_recon.supports import column_supports
 from bayes_recon.weighting import WeightedModel
 from recon_core.measure import WeightedMeasure
@@ -213,8 +214,8 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
 
 def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
     """A fixed array the model takes one value per row: a binomial's trials, the same on every row, are
-    that value (its response stratified on 0..5); an exposure that varies by row is refused with the fix,
-    and made free it runs."""
+    that value (its response stratified on 0..5); a negative exposure and a scale that differ by row are
+    refused with the fix, and made free the exposure runs."""
 
     def binomial(x, n, y=None):
         a = numpyro.sample("a", dist.Normal(0, 5))
@@ -226,19 +227,22 @@ def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
         with numpyro.plate("rows", x.shape[0]):
             numpyro.sample("y", dist.Poisson(t * jnp.exp(a * x)), obs=y)
 
+    def noisy(x, s, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(a * x, s), obs=y)
+
     draws = {"a": np.random.default_rng(0).normal(size=50)}
     trials = prepare_release(binomial, draws, ["x", "y"], fixed={"n": np.full(30, 5)})
     assert pseudo.levels(trials.layout.support("y")) == (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
     assert trials.weighted_model.fixed["n"] == 5
     with pytest.raises(br.ReconError, match=r"fixed 't' has one value per data row \(30\).*Make 't' free"):
-        prepare_release(exposure, draws, ["x", "y"], fixed={"t": np.linspace(0.5, 2.0, 30)})
+        prepare_release(exposure, draws, ["x", "y"], fixed={"t": np.linspace(-0.5, 2.0, 30)})
     free = prepare_release(exposure, draws, ["x", "t", "y"], support={"t": constraints.positive})
     assert free.layout.shapes == {"x": (), "t": (), "y": ()}
-    counted = np.random.default_rng(1).integers(
-        1, 6, 30
-    )  # an exposure in whole units is no binomial's trials
-    with pytest.raises(br.ReconError, match=r"fixed 't' holds one count per data row.*Bernoulli rows"):
-        prepare_release(exposure, draws, ["x", "y"], fixed={"t": counted})
+    # a scale per row is no exposure: a row is not s rows of scale 1
+    with pytest.raises(br.ReconError, match=r"fixed 's' holds one value per data row.*weighs as u rows"):
+        prepare_release(noisy, draws, ["x", "y"], fixed={"s": np.linspace(0.5, 2.0, 30)})
 
 
 def binomial_with_offset(x, c, n, y=None):
@@ -266,10 +270,50 @@ def test_counts_per_row_whose_rows_are_not_bernoulli_rows_are_refused(model):
     (only from 5 trials on, which n = 1 and n = 3 alone would miss), nor for a beta-binomial."""
     rng = np.random.default_rng(3)
     draws = {"a": rng.normal(size=50)}
-    with pytest.raises(
-        br.ReconError, match=r"fixed 'n' holds one count per data row.*weighs as n Bernoulli rows"
-    ):
+    with pytest.raises(br.ReconError, match=r"fixed 'n' holds one value per data row.*weighs as u rows"):
         prepare_release(model, draws, ["x", "y"], fixed={"n": rng.integers(1, 9, 30)})
+
+
+def test_an_exposure_that_differs_by_row_is_reconstructed_as_its_units():
+    """A Poisson count y of exposure t is, to the likelihood, t rows of exposure 1 and rate y / t (their
+    log-likelihoods differ by a constant at every draw): the attack weighs units of exposure."""
+
+    def exposure(x, t, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Poisson(t * jnp.exp(a + b * x)), obs=y)
+
+    rng = np.random.default_rng(4)
+    draws = {"a": rng.normal(size=50), "b": rng.normal(size=50)}
+    x, t = rng.normal(size=30), rng.uniform(0.5, 3.0, 30)
+    y = rng.poisson(t * np.exp(0.2 + 0.5 * x)).astype(float)
+    release = prepare_release(exposure, draws, ["x", "y"], fixed={"t": t})
+    units = {"column": "t", "response": "y", "kind": "exposure"}
+    assert release.units == units and release.weighted_model.fixed["t"] == 1.0
+    points, weights = rows_as_units({"x": x, "y": y}, t, units)
+    np.testing.assert_allclose(weights, t)
+    np.testing.assert_allclose(points["y"] * weights, y)
+    theta = jnp.asarray(release.theta)
+    as_units = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
+        theta, {k: jnp.asarray(v) for k, v in points.items()}
+    ) @ jnp.asarray(weights)
+    data = dataclasses.replace(release.weighted_model, fixed={"t": jnp.asarray(t)})
+    rows = {"x": jnp.asarray(x), "y": jnp.asarray(y)}
+    gap = np.asarray(as_units - jax.vmap(data.loglik_per_point, in_axes=(0, None))(theta, rows).sum(axis=1))
+    assert np.ptp(gap) < 1e-8 * max(1.0, np.abs(gap).max())
+    # whole units of exposure are exposure too (not trials: y is a count, not a 0/1), and a row of none
+    # carries nothing
+    whole = prepare_release(exposure, draws, ["x", "y"], fixed={"t": rng.integers(0, 4, 30)})
+    assert whole.units == units and whole.weighted_model.fixed["t"] == 1
+    kept, weights = rows_as_units(
+        {"x": np.arange(3.0), "y": np.array([0.0, 4.0, 3.0])}, np.array([0, 2, 3]), units
+    )
+    np.testing.assert_array_equal(weights, [2, 3])
+    np.testing.assert_array_equal(kept["y"], [2.0, 1.0])
+    assert "units of exposure" in describe_units(units) and "trials" in describe_units(
+        {**units, "kind": "trials"}
+    )
 
 
 def test_a_binomial_whose_trials_vary_by_row_is_reconstructed_as_its_trials():
@@ -288,13 +332,14 @@ def test_a_binomial_whose_trials_vary_by_row_is_reconstructed_as_its_trials():
     x, n = rng.normal(size=30), rng.integers(1, 9, 30)
     y = rng.binomial(n, 0.4).astype(float)
     release = prepare_release(binomial, draws, ["x", "y"], fixed={"n": n})
-    assert release.expanded == {"trials": "n", "response": "y"} and release.weighted_model.fixed["n"] == 1
+    trials = {"column": "n", "response": "y", "kind": "trials"}
+    assert release.units == trials and release.weighted_model.fixed["n"] == 1
     # beside an array of one value, in either order
     both = prepare_release(binomial_with_offset, draws, ["x", "y"], fixed={"n": n, "c": np.full(30, 0.5)})
-    assert both.expanded == {"trials": "n", "response": "y"} and both.weighted_model.fixed["c"] == 0.5
+    assert both.units == trials and both.weighted_model.fixed["c"] == 0.5
     assert pseudo.levels(release.layout.support("y")) == (0.0, 1.0)
 
-    points, weights = trials_as_rows({"x": x, "y": y}, n, "y")
+    points, weights = rows_as_units({"x": x, "y": y}, n, trials)
     assert weights.sum() == n.sum() and weights @ points["y"] == y.sum()
     theta = jnp.asarray(release.theta)
     as_rows = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
