@@ -193,11 +193,7 @@ def fixed_rows_adapted(
             if found is not None or differing:  # those are tried next, with this one settled
                 fixed = one
                 continue
-        make_free = (
-            f"Make {name!r} free (with its support, e.g. support={{{name!r}: constraints.positive}}; "
-            f"command line: --free ...,{name} --support {name}=positive), and the attack reconstructs it "
-            "with the rest."
-        )
+        make_free = f"{_made_free(name)}, and the attack reconstructs it with the rest."
         sizes = values.dtype.kind in "iuf" and values.min() >= 0
         if np.all(values == values[:1]) or not sizes:
             offset = " (an offset log t: pass t itself and write t * exp(...))" if np.min(values) < 0 else ""
@@ -218,6 +214,13 @@ def fixed_rows_adapted(
     return model, fixed, found, units
 
 
+def _made_free(name: str) -> str:
+    return (
+        f"Make {name!r} free (with its support, e.g. support={{{name!r}: constraints.positive}}; "
+        f"command line: --free ...,{name} --support {name}=positive)"
+    )
+
+
 def _settled_first(item: tuple[str, Any]) -> int:
     value = np.asarray(item[1])
     return 0 if value.ndim == 0 else 1 if np.all(value == value.flat[0]) else 2
@@ -234,8 +237,8 @@ def check_units(
       (n − c) ℓ(1, 0) is the same, for n at 2, the data's largest count and one between, and c at 0,
       1, n − 1 and n: a row of n trials is n Bernoulli rows;
     * exposure, for any other response y (a Poisson count with its mean t·λ): ℓ(t, t r) − t ℓ(1, r) is
-      the same, for t at half and all of the data's largest and r on the response's support: a row of
-      exposure t and count y is t rows of exposure 1 and count y / t.
+      the same, for t at the data's smallest, 0.5, half and all of its largest, and r on the response's
+      support and 0: a row of exposure t and count y is t rows of exposure 1 and count y / t.
 
     The attack then reconstructs the units, a pseudo-row each: the posterior cannot tell the row from
     its units, so a measure over units is what the release determines. Refused by name otherwise (the
@@ -272,7 +275,7 @@ def check_units(
         sizes = np.unique([values[values > 0].min(), 0.5, largest / 2, largest])
         return all(constant(loglik(at(t), response, t * rate) - t * one) for t in sizes)
 
-    if np.ptp(np.asarray(theta), axis=0).max() > 0 and np.issubdtype(values.dtype, np.number):
+    if np.ptp(np.asarray(theta), axis=0).max() > 0:
         for response in scalar:
             binary = pseudo.levels(layout.support(response)) == (0.0, 1.0)
             whole = bool(np.all(values == np.round(values)))
@@ -288,9 +291,7 @@ def check_units(
         f"cannot carry values known row by row. Values like these are taken as a binomial's trials or a "
         f"rate's exposure only where a row with {name} = u weighs as u rows with {name} = 1 (a row of n "
         f"trials as n Bernoulli rows; a Poisson count y of exposure t as t rows of rate y / t), checked at "
-        f"different draws; this model's rows do not. Make {name!r} free (with its support, e.g. "
-        f"support={{{name!r}: constraints.positive}}; command line: --free ...,{name} --support "
-        f"{name}=positive), or leave it out of the model's data."
+        f"different draws; this model's rows do not. {_made_free(name)}, or leave it out of the model's data."
     )
 
 
