@@ -164,7 +164,7 @@ def test_fixed_arguments_are_constants_and_per_point_ones_are_refused():
     assert set(found.names) == {"N", "Σ y"}
     found = identifiable_statistics(scaled_regression, draws, free=["x", "y"], fixed={"scale": 2.0})
     assert set(found.names) == {"N", "Σ x", "Σ y", "Σ x²", "Σ x·y"}  # σ = 1 is known: no Σ y²
-    with pytest.raises(ReconError, match="fixed 'x' holds one value per data row.*Make 'x' free"):
+    with pytest.raises(ReconError, match=r"fixed 'x' holds one value per data row.*Make 'x' free"):
         identifiable_statistics(scaled_regression, draws, free=["y"], fixed={"x": np.linspace(0, 1, 20)})
     with pytest.raises(ReconError, match="fixed 'x' has one value per data row"):  # x counts the rows
         identifiable_statistics(scaled_regression, draws, free=["y"], fixed={"x": np.ones(20)})
