@@ -186,16 +186,16 @@ def fixed_rows_adapted(
         if n < 2 or not _counts_rows(model, shapes, fixed, support, n):
             continue
         values = np.asarray(value)
-        one = {**fixed, name: values[0]}
-        if np.all(values == values[:1]):
+        one, one_value = {**fixed, name: values[0]}, _settled_first((name, value)) == 1
+        if one_value:
             found = shapes_found(model, one)
-            differing = [k for k, v in others.items() if np.ndim(v) and _settled_first((k, v)) == 2]
+            differing = any(_settled_first(item) == 2 for item in others.items())
             if found is not None or differing:  # those are tried next, with this one settled
                 fixed = one
                 continue
         make_free = f"{_made_free(name)}, and the attack reconstructs it with the rest."
         sizes = values.dtype.kind in "iuf" and values.min() >= 0
-        if np.all(values == values[:1]) or not sizes:
+        if one_value or not sizes:
             offset = " (an offset log t: pass t itself and write t * exp(...))" if np.min(values) < 0 else ""
             raise ReconError(
                 f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds "
