@@ -93,6 +93,7 @@ def user_problem(
             f"--fixed {absent}: no such column in the data; its columns: {', '.join(sorted(columns or {}))}"
         )
     known = {n: np.asarray(columns[n]) for n in fixed_names} if columns is not None else {}
+    _check_finite({n: v for n, v in known.items() if np.issubdtype(v.dtype, np.number)})
     shapes = free_shapes_in_data(wanted, columns)
     name = f"{Path(model.rpartition(':')[0]).name}:{model.rpartition(':')[2]}"
     truth = None
@@ -127,13 +128,17 @@ def _truth_columns(
         )
     if 0 in rows.values():
         raise ReconError("--data holds no rows; the audit needs the data set the draws were fitted to")
-    for k, v in points.items():
+    _check_finite(points)
+    return points
+
+
+def _check_finite(columns: Mapping[str, np.ndarray]) -> None:
+    for k, v in columns.items():
         bad = np.argwhere(~np.isfinite(v))
         if len(bad):
             raise ReconError(
                 f"--data: column {k!r} has NaN or inf (first in row {bad[0][0]}); drop or fill those rows"
             )
-    return points
 
 
 def load_model(spec: str) -> Callable:

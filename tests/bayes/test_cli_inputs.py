@@ -170,6 +170,7 @@ def files(tmp_path_factory) -> Path:
     _cmdstan_csv(d / "header_only.csv", ["beta.1", "beta.2", "sigma"], table[:0])
     (d / "counts.csv").write_text("x,y\n0.1,2\n0.3,2.5\n-0.2,1\n")
     (d / "whole_counts.csv").write_text("x,y\n0.1,2\n0.3,3\n-0.2,1\n")
+    (d / "trials_nan.csv").write_text("x,n,y\n0.1,3,1\n0.2,nan,0\n-0.3,2,2\n")
     trials = rng.integers(1, 9, N_ROWS)
     (d / "trials.csv").write_text(
         "x,n,y\n" + "".join(f"{a:.17g},{t},{rng.binomial(t, 0.5)}\n" for a, t in zip(x, trials, strict=True))
@@ -275,6 +276,11 @@ BAD_INPUT = [
     (
         "audit --model {d}/poisson.py:model --draws {d}/no_sigma.npz --free x,y --data {d}/counts.csv",
         ["observed site 'y'", "nonnegative_integer", "2.5"],
+    ),
+    (  # a known column with a hole in it: named before the model meets it
+        "reconstruct --model {d}/binomial.py:model --draws {d}/no_sigma.npz --free x,y --fixed n "
+        "--data {d}/trials_nan.csv",
+        ["column 'n' has NaN or inf (first in row 1)"],
     ),
     (  # a GLM's features are no polynomials: the audit has no statistics to name, and says what to run
         "audit --model {d}/poisson.py:model --draws {d}/no_sigma.npz --free x,y --data {d}/whole_counts.csv",
