@@ -1,8 +1,11 @@
 """The audit a data owner runs before publishing posterior draws: what they can reveal, and what leaks.
 
 1. Identifiable statistics (:mod:`bayes_recon.identifiability`): what the release pins down at all.
+   Where the model's features are not polynomials (a GLM's link, a mixture) there is no finite list of
+   them, and the attack is scored on N and the columns' first and second moments instead
+   (:func:`bayes_recon.identifiability.moment_statistics`).
 2. Measured leakage: the attack (:func:`bayes_recon.pipeline.attack_posterior`) on the release,
-   and per identifiable statistic its true and recovered value, the scale-free error
+   and per scored statistic its true and recovered value, the scale-free error
    |recovered − true| / Σ_i |f(x_i)| (= the relative error when f keeps one sign) and a verdict:
    *recovered* below ``recovered_below``, *partly* below ``partly_below``, else *not*; the MMD
    between the true and reconstructed data under the model kernel; and the same for releases of
@@ -35,6 +38,7 @@ from bayes_recon.identifiability import (
     Statistic,
     check_posterior,
     linear_model_functions,
+    moment_statistics,
 )
 from bayes_recon.kernel import model_features
 from bayes_recon.mitigation import Perturbation, remaining_leakage
@@ -98,8 +102,11 @@ class DrawsPoint:
 class Audit:
     name: str
     check: PosteriorCheck
+    # what the rows score: the identifiable statistics, or where the features are not polynomials (no
+    # such list) N and the columns' first and second moments (see :func:`scored_statistics`)
+    statistics: tuple[Statistic, ...]
     attack: PosteriorAttack  # on every draw
-    rows: list[dict[str, Any]]  # per identifiable statistic: true, recovered, error, verdict
+    rows: list[dict[str, Any]]  # per scored statistic: true, recovered, error, verdict
     curve: list[DrawsPoint]  # by number of draws, the last on every draw
     oracle_errors: dict[str, float] | None  # the attack's exact optimum, with the mitigation only
     mitigation: list[dict[str, Any]]
@@ -132,6 +139,9 @@ class Audit:
                     "recovered_below": config.recovered_below,
                     "partly_below": config.partly_below,
                 },
+                "scored_on": "identifiable statistics"
+                if self.check.identifiability.polynomial
+                else "moments (the features are not polynomials: no finite list of identifiable statistics)",
                 "statistics": self.rows,
                 "draws_curve": [dataclasses.asdict(point) for point in self.curve],
                 "oracle_errors": self.oracle_errors,
@@ -166,15 +176,7 @@ def audit_posterior(
             f"{name} has no data{where}: the audit compares with the true data (command line: --data)"
         )
     check = check_posterior(problem, database, config.identifiability)
-    if not check.identifiability.polynomial:
-        raise ReconError(
-            f"{name}: the model's features are not polynomials of degree ≤ {check.identifiability.degree} "
-            "(a GLM's link or a mixture makes them non-polynomial), so the audit has no named statistics "
-            "whose span is all the release reveals, and no verdict to give. Run `bayes-recon reconstruct` "
-            "with --data for the recovered-against-true table, the standard errors and the self-check, "
-            "and `bayes-recon check` for the sums the release determines best; raise --max-degree only "
-            "where the features are polynomials of a higher degree"
-        )
+    statistics = scored_statistics(check)
 
     def kept(draws: str) -> Path | None:
         return None if checkpoint is None else Path(checkpoint) / ATTACK_CHECKPOINT.replace("*", draws)
@@ -182,8 +184,8 @@ def audit_posterior(
     full = attack_posterior(
         problem, database, config.n_points, config.seed, config.recon, progress, kept("all")
     )
-    truth = problem.truth
-    statistics = check.identifiability.statistics
+    truth = full.truth  # a row of n trials (or exposure n) is n of the units the attack reconstructs
+    assert truth is not None
     spec = full.entry.linear
     total = int(full.reconstruction.setup.draws.shape[0])
     counts = [n for n in config.draw_counts if n < total]
@@ -204,7 +206,16 @@ def audit_posterior(
             for n, a in zip(counts, smaller, strict=True)
         ]
         return Audit(
-            name, check, full, last.rows, [*curve, last], None, [], config, time.perf_counter() - started
+            name,
+            check,
+            statistics,
+            full,
+            last.rows,
+            [*curve, last],
+            None,
+            [],
+            config,
+            time.perf_counter() - started,
         )
     oracle = _OracleCurve(full, spec, check)
     curve = [oracle.point(n, truth, config) for n in counts]
@@ -220,6 +231,7 @@ def audit_posterior(
     return Audit(
         name,
         check,
+        statistics,
         full,
         last.rows,
         [*curve, last],
@@ -228,6 +240,13 @@ def audit_posterior(
         config,
         time.perf_counter() - started,
     )
+
+
+def scored_statistics(check: PosteriorCheck) -> tuple[Statistic, ...]:
+    """The identifiable statistics where the features are polynomials; else N and the columns' first
+    and second moments, which the release need not pin down but an attack may still recover."""
+    found = check.identifiability
+    return found.statistics if found.polynomial else moment_statistics(found.variables, check.probe)
 
 
 @float64

@@ -216,9 +216,13 @@ def identify(
             found = _identify(setup, variables, degree, points, features, config)
             if found.polynomial:
                 break
+            if variables is raw:
+                unfit = found  # the columns as they are, not their logs, name what no polynomial fits
         else:
             continue
         break
+    else:
+        found = unfit
     linear = () if found.polynomial else _linear_in_response(setup, raw, points, config)
     return dataclasses.replace(
         found,
@@ -470,6 +474,21 @@ def _identify(
         )
         statistics.append(Statistic(variables, terms))
     return Identifiability(tuple(statistics), variables, rank, True, degree, aliases, n_draws, 0.0)
+
+
+def moment_statistics(
+    variables: Sequence[Variable], points: Mapping[str, Any], tolerance: float = 1e-8
+) -> tuple[Statistic, ...]:
+    """N, the sum of every variable and of every product of two: the moments an attack is scored on
+    where the features are not polynomials (a GLM's link, a mixture). They are neither all the release
+    sees nor all pinned down by it. A product equal on the ``points`` to lower ones (x² = x for binary x,
+    two dummies of one variable) is left out, as :func:`identify` leaves it out."""
+    monomials = _monomials(len(variables), 2)
+    basis = _monomial_values(variables, monomials, points)
+    scale = np.linalg.norm(basis, axis=0)
+    basis = basis / np.where(scale > 0, scale, 1.0)
+    kept = np.flatnonzero(np.abs(np.diag(np.linalg.qr(basis, mode="r"))) > tolerance)
+    return tuple(Statistic(tuple(variables), ((monomials[k], 1.0),)) for k in kept)
 
 
 def _rank(matrix: np.ndarray, tolerance: float) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from bayes_recon.audit import Audit
+from bayes_recon.identifiability import Identifiability
 from bayes_recon.verdict import findings, headline
 from recon_core.htmlpage import Cell, escape, figure_image, page, table, write
 
@@ -45,11 +46,7 @@ def render(audit: Audit) -> str:
             ],
         ),
         "<h2>What the release can reveal</h2>",
-        f"<p>From the model and its draws alone (no data): the posterior depends on the data only through "
-        f"these {check.rank} statistics (its features are polynomials of degree {check.degree} in "
-        f"{escape(', '.join(v.label for v in check.variables))}). Data sets that agree on them give the same "
-        "posterior; nothing else about the data (single rows, higher moments) is in the release.</p>",
-        "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in check.names) + "</ul>",
+        *(_identifiable(check) if check.polynomial else _not_polynomial(check)),
     ]
     if check.aliases:
         sections.append(
@@ -115,6 +112,34 @@ def render(audit: Audit) -> str:
     if audit.mitigation:
         sections += ["<h2>Mitigation: posterior from noisy sufficient statistics</h2>", _mitigation(audit)]
     return page(f"Leakage audit: {audit.name}", headline(findings(audit)), sections)
+
+
+def _identifiable(check: Identifiability) -> list[str]:
+    return [
+        f"<p>From the model and its draws alone (no data): the posterior depends on the data only through "
+        f"these {check.rank} statistics (its features are polynomials of degree {check.degree} in "
+        f"{escape(', '.join(v.label for v in check.variables))}). Data sets that agree on them give the same "
+        "posterior; nothing else about the data (single rows, higher moments) is in the release.</p>",
+        "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in check.names) + "</ul>",
+    ]
+
+
+def _not_polynomial(check: Identifiability) -> list[str]:
+    linear = (
+        f" The responses enter the likelihood linearly through {escape(', '.join(check.linear_in_response))} "
+        "(a canonical link): the release determines these sums best."
+        if check.linear_in_response
+        else ""
+    )
+    return [
+        "<p>From the model and its draws alone (no data): its features are not polynomials of degree "
+        f"≤ {check.degree} in {escape(', '.join(v.label for v in check.variables))} (a link function or a "
+        "mixture), so no finite list of statistics holds all the release reveals. The model-induced kernel "
+        f"has effective rank {check.kernel_effective_rank:.1f} at the draws: the release sees about that "
+        f"many independent directions of the data.{linear} The attack below is scored on N and the "
+        "columns' first and second moments, which the release need not pin down: their standard errors "
+        "(under How sure the audit is, above) say how tightly it does.</p>"
+    ]
 
 
 def _mitigation(audit: Audit) -> str:

@@ -299,7 +299,7 @@ def read_data(path: str) -> dict[str, np.ndarray]:
             frame = pandas.read_csv(file)
         except (ValueError, UnicodeDecodeError, pandas.errors.ParserError) as err:
             raise ReconError(f"--data: cannot read {file} as CSV ({err})") from None
-        text = [c for c in frame.columns if not np.issubdtype(frame[c].dtype, np.number)]
+        text = [c for c in frame.columns if not pandas.api.types.is_numeric_dtype(frame[c])]
         if text:
             raise ReconError(f"--data: column(s) {text} of {file} are not numbers; code them as numbers")
         columns = {str(c): frame[c].to_numpy(dtype=float) for c in frame.columns}

@@ -88,6 +88,10 @@ class Findings:
     smaller: tuple[SmallerRelease, ...]
     noisy: tuple[NoisyRelease, ...] | None
     file_leaks: tuple[Mapping[str, Any], ...] = ()
+    # False where the features are not polynomials: the ``statistics`` are then N and the columns'
+    # moments, scored though the release need not pin them down, and not all it may reveal
+    complete: bool = True
+    kernel_effective_rank: float = 0.0  # about how many directions of the data the release sees
 
     def verdict(self, error: float) -> Verdict:
         if error < self.recovered_below:
@@ -125,8 +129,8 @@ def findings(audit: Audit) -> Findings:
     return Findings(
         rows=audit.truth.total_mass(),
         columns=tuple(v.label for v in check.variables),
-        statistics=len(check.statistics),
-        quantities=quantities(check.statistics, audit.rows, audit.truth, audit.attack.measure),
+        statistics=len(audit.statistics),
+        quantities=quantities(audit.statistics, audit.rows, audit.truth, audit.attack.measure),
         recovered_below=config.recovered_below,
         partly_below=config.partly_below,
         reproduces=recon.self_check.reproduces,
@@ -138,6 +142,8 @@ def findings(audit: Audit) -> Findings:
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
         standard_error=max(recon.standard_errors.values()),
+        complete=check.polynomial,
+        kernel_effective_rank=check.kernel_effective_rank,
     )
 
 
@@ -255,10 +261,12 @@ def _answer(found: Findings, recovered: list[Quantity], partly: list[Quantity]) 
     if partly:
         within = percent(found.recovered_below)
         return f"With care: the draws reveal {describe(partly)} roughly, none of it to within {within}."
-    return (
-        f"As far as this attack can tell, yes: it recovered none of the {found.statistics} statistics "
-        "the draws depend on."
+    scored = (
+        "statistics the draws depend on"
+        if found.complete
+        else "moments it was scored on (N and the columns' means, variances and covariances)"
     )
+    return f"As far as this attack can tell, yes: it recovered none of the {found.statistics} {scored}."
 
 
 def _severity(found: Findings, recovered: list[Quantity], partly: list[Quantity]) -> Severity:
@@ -281,7 +289,14 @@ def _file_leak(leak: Mapping[str, Any]) -> str:
 
 def _hidden(found: Findings, missed: list[Quantity]) -> tuple[str, ...]:
     unknowns = found.rows * len(found.columns)
-    if found.statistics < unknowns:
+    if not found.complete:
+        rows = (
+            "Unknown beyond the moments scored: the model's features are not polynomials of the data (a "
+            "link function, a mixture), so the draws depend on it through more than these; the "
+            f"model-induced kernel sees about {found.kernel_effective_rank:.1f} independent directions of "
+            "it. Whether higher moments or single rows can be read from them, this audit does not measure."
+        )
+    elif found.statistics < unknowns:
         rows = (
             f"No single row: any data set with the same {found.statistics} statistics gives the same "
             f"posterior, and {found.rows:g} rows of {len(found.columns)} columns leave "

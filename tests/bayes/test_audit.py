@@ -156,6 +156,54 @@ def test_report_file_is_self_contained(audit, tmp_path):
     assert text.count("data:image/png;base64,") == 2 and "<script" not in text and "src='http" not in text
 
 
+POISSON = """
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+
+
+def model(x, y=None):
+    a = numpyro.sample("a", dist.Normal(0.0, 5.0))
+    b = numpyro.sample("b", dist.Normal(0.0, 5.0))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Poisson(jnp.exp(a + b * x)), obs=y)
+"""
+
+
+def test_a_glm_is_audited_on_n_and_the_columns_moments(tmp_path, capsys):
+    """A Poisson regression's features are not polynomials: no finite list of statistics holds what its
+    draws reveal, so the audit scores the attack on N and the sums of x, y and their products, and says
+    that the release may reveal more. A short attack: the numbers are not the point, their names are."""
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    (tmp_path / "poisson.py").write_text(POISSON)
+    namespace: dict = {}
+    exec(POISSON, namespace)
+    rng = np.random.default_rng(0)
+    x = rng.normal(1.0, 0.5, 60)
+    y = rng.poisson(np.exp(0.3 + 0.8 * x))
+    rows = "".join(f"{a:.17g},{b}\n" for a, b in zip(x, y, strict=True))
+    (tmp_path / "data.csv").write_text("x,y\n" + rows)
+    mcmc = MCMC(NUTS(namespace["model"]), num_warmup=200, num_samples=300, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), x=x, y=y)
+    np.savez(tmp_path / "draws.npz", **{k: np.asarray(v) for k, v in mcmc.get_samples().items()})
+    argv = ["--quiet", "audit", "--model", f"{tmp_path}/poisson.py:model", "--draws", f"{tmp_path}/draws.npz",
+            "--free", "x,y", "--data", f"{tmp_path}/data.csv", "--points", "10", "--restarts", "1", "--steps",
+            "5", "--refine-rounds", "0", "--bootstrap", "0", "--draw-counts", "300",  # no smaller release
+            "--json", f"{tmp_path}/audit.json"]  # fmt: skip
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.index("VERDICT: ") < out.index("Unknown beyond the moments scored")
+    saved = json.loads((tmp_path / "audit.json").read_text())
+    assert saved["scored_on"].startswith("moments")
+    scored = {r["statistic"]: r for r in saved["statistics"]}
+    assert list(scored) == ["N", "Σ x", "Σ y", "Σ x²", "Σ x·y", "Σ y²"]
+    assert scored["N"]["true"] == 60 and scored["Σ x·y"]["true"] == pytest.approx(float(x @ y))
+    verdict = AuditConfig().verdict
+    assert all(np.isfinite(r["error"]) and r["verdict"] == verdict(r["error"]) for r in scored.values())
+
+
 class Stopped(Exception):
     """Stands in for the audit being killed after its attack's first round."""
 

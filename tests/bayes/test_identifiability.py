@@ -7,6 +7,7 @@ that differs in a single identified statistic does not.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
@@ -21,6 +22,8 @@ from bayes_recon.identifiability import (
     check_posterior,
     feature_setup,
     identifiable_statistics,
+    moment_statistics,
+    probe_points,
 )
 from bayes_recon.kernel import model_features
 from bayes_recon.models import REGISTRY
@@ -33,6 +36,12 @@ def quadratic_regression(x, y=None):
     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
     with numpyro.plate("data", x.shape[0]):
         numpyro.sample("y", dist.Normal(beta[0] + beta[1] * x + beta[2] * x**2, sigma), obs=y)
+
+
+def poisson_regression(x, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Poisson(jnp.exp(beta[0] + beta[1] * x)), obs=y)
 
 
 def logistic_regression(x, y=None):
@@ -121,6 +130,25 @@ def test_non_polynomial_features_name_nothing():
         config=IdentifiabilityConfig(max_degree=3),
     )
     assert not found.polynomial and found.statistics == () and found.rank is None
+
+
+def test_where_no_polynomial_fits_the_audit_scores_the_columns_own_moments():
+    """A Poisson regression's features are polynomials neither in y nor in log y: the variables named are
+    the columns themselves (log y is -inf at a zero count), and the moments scored are N and the sums of
+    every column and product of two; y² is y for a binary y, so a logistic regression scores it once."""
+    rng = np.random.default_rng(2)
+    draws = {"beta": rng.normal(size=(100, 2))}
+    config = IdentifiabilityConfig(max_degree=2)
+    found = identifiable_statistics(poisson_regression, draws, free=["x", "y"], config=config)
+    assert not found.polynomial and [v.label for v in found.variables] == ["x", "y"]
+    setup = feature_setup(logistic_regression, draws, ["x", "y"], {}, {"y": constraints.boolean}, 100)
+    found = identifiable_statistics(
+        logistic_regression, draws, free=["x", "y"], support={"y": constraints.boolean}, config=config
+    )
+    scored = moment_statistics(found.variables, probe_points(setup, 200))
+    assert [s.name for s in scored] == ["N", "Σ x", "Σ y", "Σ x²", "Σ x·y"]
+    truth = WeightedMeasure.empirical({"x": np.array([0.5, -1.0, 2.0]), "y": np.array([1.0, 0.0, 1.0])})
+    assert [s.of(truth) for s in scored] == pytest.approx([3.0, 1.5, 2.0, 5.25, 2.5])
 
 
 def test_statistic_of_a_weighted_measure_is_the_weighted_sum():
