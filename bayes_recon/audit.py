@@ -45,7 +45,7 @@ from bayes_recon.mitigation import Perturbation, remaining_leakage
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack
 from bayes_recon.pipeline import PosteriorAttack, Source, attack_posterior, load_problem
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import ReconConfig
 from recon_core.errors import ReconError
 from recon_core.jsonio import jsonable
@@ -155,7 +155,7 @@ class Audit:
 ATTACK_CHECKPOINT = "draws-*"  # the audit's checkpoint: one subfolder per attack, * its draws or "all"
 
 
-@float64
+@attack_numerics
 def audit_posterior(
     source: Source,
     database: str | Path | None = None,
@@ -249,7 +249,7 @@ def scored_statistics(check: PosteriorCheck) -> tuple[Statistic, ...]:
     return found.statistics if found.polynomial else moment_statistics(found.variables, check.probe)
 
 
-@float64
+@attack_numerics
 def leakage_rows(
     statistics: tuple[Statistic, ...], truth: WeightedMeasure, recovered: Sequence[float], config: AuditConfig
 ) -> list[dict[str, Any]]:

@@ -139,11 +139,11 @@ def check_draws(
                 f"{where} = {values[tuple(first)]}); drop those draws (or check the sampler's "
                 "diagnostics) and try again"
             )
-        constant = np.ptp(values.reshape(len(values), -1), axis=0) == 0
-        if constant.any() and len(values) > 1:
-            where = "" if values.ndim == 1 else f" (flat coordinate(s) {np.flatnonzero(constant).tolist()})"
+        # Only a whole site: some entries of a constrained value never move (a Cholesky factor's first row).
+        # A parameter that does not vary in the unconstrained space is refused by prepare_release.
+        if len(values) > 1 and (np.ptp(values.reshape(len(values), -1), axis=0) == 0).all():
             raise ReconError(
-                f"site {site!r} has the same value in every draw{where}. The attack reads the data "
+                f"site {site!r} has the same value in every draw. The attack reads the data "
                 "from how the posterior draws vary, so it needs draws from the posterior (MCMC), "
                 "not a point estimate repeated; for a single released θ see nn_recon's stationarity "
                 "attack (the Dirac-posterior case)."

@@ -40,7 +40,7 @@ from bayes_recon.kernel import model_features
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import pack
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import AttackSetup
 from bayes_recon.stages import response_predictor
 from bayes_recon.supports import observed_columns
@@ -174,7 +174,7 @@ class Identifiability:
         }
 
 
-@float64
+@attack_numerics
 def identifiable_statistics(
     model: Callable,
     draws: Any,
@@ -191,7 +191,7 @@ def identifiable_statistics(
     return identify(feature_setup(model, draws, free, fixed, support, config.max_draws), config)
 
 
-@float64
+@attack_numerics
 def identify(
     setup: AttackSetup, config: IdentifiabilityConfig, points: Mapping[str, np.ndarray] | None = None
 ) -> Identifiability:
@@ -381,7 +381,7 @@ class PosteriorCheck:
         }
 
 
-@float64
+@attack_numerics
 def check_posterior(
     name: Any, database: str | Path | None = None, config: IdentifiabilityConfig | None = None
 ) -> PosteriorCheck:

@@ -19,12 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import AttackSetup
 from recon_core.measure import Kernel
 
 
-@float64
+@attack_numerics
 def model_features(setup: AttackSetup, points: Mapping[str, np.ndarray], max_draws: int = 1000) -> np.ndarray:
     """φ(x) with k(x, x') = φ(x)·φ(x'): the per-point scores at each draw, (M, S·d), scaled by 1/√S."""
     draws = setup.draws[:max_draws]
@@ -39,7 +39,7 @@ def model_features(setup: AttackSetup, points: Mapping[str, np.ndarray], max_dra
     return np.asarray(jnp.transpose(scores, (1, 0, 2)).reshape(scores.shape[1], -1)) / np.sqrt(len(draws))
 
 
-@float64
+@attack_numerics
 def model_kernel(setup: AttackSetup, max_draws: int = 1000) -> Kernel:
     """The model-induced kernel on the draws (up to ``max_draws``) and coordinates an attack used."""
 

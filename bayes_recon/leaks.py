@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from bayes_recon.draws import from_stan_names, group_stan_names
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from recon_core.errors import ReconError
 from recon_core.jsonio import jsonable
 
@@ -400,7 +400,7 @@ class Recovery:
         return None if self.max_error is None else max(self.max_error.values())
 
 
-@float64
+@attack_numerics
 def recover_from_loglik(
     model: Callable,
     draws: Mapping[str, np.ndarray],

@@ -28,7 +28,7 @@ from numpyro.infer.util import constrain_fn
 from bayes_recon.divergence import Coordinates
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import PROBE_POINTS, linear_gaussian_oracle, pack, statistics_log_likelihood, unpack
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import AttackSetup
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure, linear_model_errors
@@ -65,7 +65,7 @@ class Perturbation:
         return math.sqrt(entries) * math.sqrt(2 * math.log(1.25 / self.delta)) / self.epsilon
 
 
-@float64
+@attack_numerics
 def noisy_statistics(
     spec: LinearGaussian, truth: WeightedMeasure, perturbation: Perturbation
 ) -> tuple[dict[str, np.ndarray], float]:
@@ -102,7 +102,7 @@ def noisy_statistics(
     return projected, scale
 
 
-@float64
+@attack_numerics
 def posterior_from_statistics(
     setup: AttackSetup, spec: LinearGaussian, stats: Mapping[str, np.ndarray], n_draws: int, seed: int
 ) -> np.ndarray:
@@ -124,7 +124,7 @@ def posterior_from_statistics(
     return np.asarray(mcmc.get_samples())
 
 
-@float64
+@attack_numerics
 def remaining_leakage(
     setup: AttackSetup, spec: LinearGaussian, truth: WeightedMeasure, perturbation: Perturbation
 ) -> dict[str, Any]:

@@ -17,14 +17,16 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import unconstrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.draws import as_draws, chains_flattened, check_draws
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.supports import check_covariates, column_supports
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
@@ -47,7 +49,7 @@ class Release(NamedTuple):
     units: dict[str, str] | None = None
 
 
-@float64
+@attack_numerics
 def prepare_release(
     model: Callable,
     draws: Any,
@@ -76,8 +78,19 @@ def prepare_release(
         layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
         latent = latent_shapes(model, layout, fixed)
     checked = check_draws(draws, latent)
-    weighted = WeightedModel(model, tuple(shapes), fixed, {k: jnp.asarray(v[0]) for k, v in checked.items()})
+    first = {k: jnp.asarray(v[0]) for k, v in checked.items()}
+    with numpyro.validation_enabled(False):  # one pseudo-row: a mean over the rows has no sd (refused below)
+        unconstrained = unconstrain_fn(model, (), {**fixed, **layout.example(1)}, first)
+    weighted = WeightedModel(model, tuple(shapes), fixed, {k: unconstrained[k] for k in checked})
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
+    flat = np.flatnonzero(np.ptp(theta, axis=0) == 0)
+    if len(flat):
+        names = [weighted.coordinate_names[i] for i in flat]
+        raise ReconError(
+            f"the draws of {', '.join(names)} (in the model's unconstrained coordinates) have the same value "
+            "in every draw. The attack reads the data from how the posterior draws vary: a parameter held "
+            "fixed in the draws tells it nothing. Pass such a value as fixed data, not as a sampled site."
+        )
     probe_draws = theta[np.linspace(0, len(theta) - 1, 4).round().astype(int)]
     check_rows_exchangeable(weighted, layout, probe_draws)
     check_covariates(weighted, layout, probe_draws)

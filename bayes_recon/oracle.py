@@ -23,7 +23,7 @@ from numpyro.infer.util import constrain_fn
 
 from bayes_recon.divergence import Coordinates, exact_term
 from bayes_recon.models import LinearGaussian
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import Reconstruction
 from bayes_recon.weighting import WeightedModel
 from recon_core.measure import linear_model_errors
@@ -85,7 +85,7 @@ def statistics_span(spec: LinearGaussian, probe: Mapping[str, np.ndarray]) -> np
     return vt[:rank].T / scale[:, None]
 
 
-@float64
+@attack_numerics
 def linear_gaussian_oracle(
     model: WeightedModel,
     spec: LinearGaussian,
@@ -139,7 +139,7 @@ def linear_gaussian_oracle(
     return Oracle(solve(np.ones(n)), boots)
 
 
-@float64
+@attack_numerics
 def oracle_for(
     reconstruction: Reconstruction,
     spec: LinearGaussian,

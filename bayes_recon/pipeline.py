@@ -22,7 +22,7 @@ from bayes_recon.kernel import model_features
 from bayes_recon.modelcheck import rows_as_units
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
 from recon_core.errors import ReconError
 from recon_core.jsonio import jsonable
@@ -153,7 +153,7 @@ def load_problem(name: Source, database: str | Path | None = None) -> PosteriorP
     return PosteriorProblem(name, entry, posterior.draws, free, fixed, truth, root)
 
 
-@float64
+@attack_numerics
 def attack_posterior(
     name: Source,
     database: str | Path | None = None,

@@ -1,29 +1,48 @@
-"""Float64 for the posterior attack, switched on by the functions that run its numerics, never by an import.
+"""The settings the posterior attack's numerics run under, switched on by the functions that run them.
 
-The statistics an attack recovers span many orders of magnitude (N ~ 10², XᵀX ~ 10⁶); float32
-cannot resolve the divergence's minimum. JAX's precision is one process-wide setting
+**Float64.** The statistics an attack recovers span many orders of magnitude (N ~ 10², XᵀX ~ 10⁶);
+float32 cannot resolve the divergence's minimum. JAX's precision is one process-wide setting
 (``jax_enable_x64``), so importing :mod:`bayes_recon` leaves it alone: the public entry points that
 run JAX numerics (:func:`~bayes_recon.reconstruct.reconstruct`, the self-check, identifiability,
-the oracle, the model kernel, mitigation, the pipeline and the audit) carry :func:`float64`, which
-turns it on as they are called; it then stays on. Code that calls the building blocks directly
+the oracle, the model kernel, mitigation, the pipeline and the audit) carry :func:`attack_numerics`,
+which turns it on as they are called; it then stays on. Code that calls the building blocks directly
 (weighting, divergence, pseudo, optimise) or makes JAX arrays it will pass in calls
-:func:`enable_float64` first.
+:func:`enable_float64` first. Switching clears JAX's caches: JAX keeps a NumPy array a jitted
+function closed over on the device at the precision of its first call, so after the switch the
+caller's own jitted code (NUTS run again on the same data) would hand a float32 buffer to a float64
+program and fail.
 
-Switching clears JAX's caches: JAX keeps a NumPy array a jitted function closed over on the device
-at the precision of its first call, so after the switch the caller's own jitted code (NUTS run again
-on the same data) would hand a float32 buffer to a float64 program and fail.
+**Batched linear algebra lowered by XLA, on the CPU** (:func:`xla_linear_algebra`, while an entry
+point runs). On the CPU, jaxlib lowers a triangular solve and a Cholesky factor to LAPACK calls that
+split their batch over XLA's thread pool and wait for their parts
+(``ParallelBatchMap``). When two such calls run at once on that pool's own threads, each waits for
+parts queued behind the other: a multivariate normal response's attack hung at 0 % CPU in its first
+round on two cores (gdb: both pool threads in ``lapack_dtrsm_ffi``, waiting). A per-row likelihood's
+matrices are small and batched over points and draws, which XLA's own expansions (HLO
+TriangularSolve and Cholesky) serve without the pool. JAX's CPU rules are put back when the entry
+point returns, so the caller's own programs compiled after are as before. An LU decomposition is
+left to LAPACK: JAX's own LU algorithm added 3 s to compiling kidiq's attack (25 → 28 s), whose
+Newton steps solve with it, one system at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 import jax
+from jax._src.interpreters import mlir
+from jax._src.lax import linalg
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_XLA_RULES = {
+    linalg.triangular_solve_p: linalg._triangular_solve_lowering,
+    linalg.cholesky_p: linalg._cholesky_lowering,
+}
 
 
 def enable_float64() -> None:
@@ -33,12 +52,31 @@ def enable_float64() -> None:
         jax.clear_caches()
 
 
-def float64(function: Callable[P, R]) -> Callable[P, R]:
-    """``function``, with :func:`enable_float64` called before it runs."""
+@contextlib.contextmanager
+def xla_linear_algebra() -> Iterator[None]:
+    """Programs lowered inside lower their batched linear algebra with XLA's own expansions on the CPU
+    (see the module's docstring); nested uses keep them, the outermost puts JAX's rules back."""
+    cpu = mlir._platform_specific_lowerings["cpu"]
+    saved = {primitive: cpu.get(primitive) for primitive in _XLA_RULES}
+    for primitive, rule in _XLA_RULES.items():
+        mlir.register_lowering(primitive, rule, platform="cpu")
+    try:
+        yield
+    finally:
+        for primitive, entry in saved.items():
+            if entry is None:
+                cpu.pop(primitive, None)
+            else:
+                cpu[primitive] = entry
+
+
+def attack_numerics(function: Callable[P, R]) -> Callable[P, R]:
+    """``function``, run in float64 (:func:`enable_float64`) and with :func:`xla_linear_algebra`."""
 
     @functools.wraps(function)
-    def with_float64(*args: P.args, **kwargs: P.kwargs) -> R:
+    def with_attack_numerics(*args: P.args, **kwargs: P.kwargs) -> R:
         enable_float64()
-        return function(*args, **kwargs)
+        with xla_linear_algebra():
+            return function(*args, **kwargs)
 
-    return with_float64
+    return with_attack_numerics

@@ -50,7 +50,7 @@ from bayes_recon.objective import (
     value_size,
 )
 from bayes_recon.optimise import OptimiserConfig
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.refine import build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
@@ -345,7 +345,7 @@ class Reconstruction:
         return terms, penalty
 
 
-@float64
+@attack_numerics
 def reconstruct(
     model: Callable,
     draws: Any,

@@ -44,8 +44,7 @@ import numpy as np
 from numpyro.infer import NUTS
 
 from bayes_recon.divergence import Coordinates
-from bayes_recon.precision import float64
-from bayes_recon.weighting import WeightedModel
+from bayes_recon.precision import attack_numerics
 from recon_core.errors import ReconError
 
 if TYPE_CHECKING:
@@ -146,7 +145,7 @@ class SelfCheck:
         }
 
 
-@float64
+@attack_numerics
 def round_trip(
     setup: AttackSetup,
     points: Mapping[str, np.ndarray],
@@ -166,7 +165,7 @@ def round_trip(
         raise ReconError(
             f"the self-check needs at least {SELF_CHECK_DRAWS} released draws, got {len(theta_p)}"
         )
-    names = coordinate_names(setup.weighted_model)
+    names = setup.weighted_model.coordinate_names
     release = Coordinates.standardised(jnp.asarray(theta_p))
     data = {k: jnp.asarray(v) for k, v in points.items()}
     w = jnp.asarray(weights, dtype=float)
@@ -216,17 +215,6 @@ def round_trip(
             f"of rank below {dim}): try n_points (--points) of at least {dim + 1}"
         )
     return SelfCheck(not reasons, mean_shift, sd_ratio, statistic, critical, names, tuple(reasons))
-
-
-def coordinate_names(model: WeightedModel) -> tuple[str, ...]:
-    """A label per flat unconstrained coordinate, in the model's flattening: "sigma", "beta[0]", "L[1,0]"."""
-    index = model.unravel(jnp.arange(model.dim, dtype=float))
-    names = [""] * model.dim
-    for site, positions in index.items():
-        positions = np.asarray(positions).astype(int)
-        for where in np.ndindex(positions.shape):
-            names[positions[where]] = f"{site}[{','.join(map(str, where))}]" if where else site
-    return tuple(names)
 
 
 class Sampled(NamedTuple):

@@ -59,6 +59,8 @@ def relaxed(support: Constraint) -> Constraint | None:
     if isinstance(support, constraints._IntegerInterval):
         low, high = pseudo.common_bound(support.lower_bound), pseudo.common_bound(support.upper_bound)
         return None if low is None or high is None else constraints.interval(low, high)
+    if isinstance(support, constraints.independent) and support.base_constraint.event_dim == 0:
+        return relaxed(support.base_constraint)  # a vector of scalars, each on one support (real_vector)
     if support.is_discrete or support.event_dim != 0:
         return None
     return support

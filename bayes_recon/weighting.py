@@ -231,8 +231,9 @@ class WeightedModel:
     """A NumPyro model with the data arguments to reconstruct (``free``) split from the rest.
 
     ``fixed`` holds arguments the adversary knows (constants, or per-point columns broadcast over
-    pseudo-points); ``latent_example`` is one draw of the latent sites (constrained), which fixes
-    the flattening of θ.
+    pseudo-points); ``latent_example`` is one value of the latent sites in NumPyro's unconstrained
+    space, which fixes the flattening of θ (a simplex of K entries has K − 1 coordinates there, a 2 × 2
+    correlation's Cholesky factor one; for other supports the shapes are the constrained ones).
     """
 
     model: Callable
@@ -250,6 +251,17 @@ class WeightedModel:
     @property
     def dim(self) -> int:
         return int(ravel_pytree(dict(self.latent_example))[0].size)
+
+    @property
+    def coordinate_names(self) -> tuple[str, ...]:
+        """A label per flat unconstrained coordinate, in the model's flattening: "sigma", "beta[0]"."""
+        index = self.unravel(jnp.arange(self.dim, dtype=float))
+        names = [""] * self.dim
+        for site, positions in index.items():
+            positions = np.asarray(positions).astype(int)
+            for where in np.ndindex(positions.shape):
+                names[positions[where]] = f"{site}[{','.join(map(str, where))}]" if where else site
+        return tuple(names)
 
     def log_density(
         self, theta: Array, data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths | None = None

@@ -68,8 +68,8 @@ def test_importing_bayes_recon_leaves_jax_in_float32():
         "data = np.linspace(0.0, 1.0, 1000)\n"
         "def users(mu): return jax.numpy.sum((data - mu) ** 2)\n"
         "jax.jit(users)(0.0)\n"
-        "from bayes_recon.precision import float64\n"
-        "bits = float64(lambda: jax.numpy.ones(1).dtype.itemsize * 8)()\n"
+        "from bayes_recon.precision import attack_numerics\n"
+        "bits = attack_numerics(lambda: jax.numpy.ones(1).dtype.itemsize * 8)()\n"
         "assert jax.config.jax_enable_x64 and bits == 64, bits\n"
         "assert jax.jit(users)(0.0).dtype == np.float64\n"
         "print('ok')"
@@ -78,8 +78,9 @@ def test_importing_bayes_recon_leaves_jax_in_float32():
     assert result.stdout.strip() == "ok"
 
 
-def test_the_posterior_attack_entry_points_switch_to_float64():
-    """The public functions that run JAX numerics carry ``precision.float64``."""
+def test_the_posterior_attack_entry_points_run_under_the_attack_numerics():
+    """The public functions that run JAX numerics carry ``precision.attack_numerics`` (float64, and XLA's own
+    batched linear algebra on the CPU)."""
     from bayes_recon.audit import audit_posterior
     from bayes_recon.identifiability import check_posterior, identify
     from bayes_recon.kernel import model_features
@@ -91,4 +92,4 @@ def test_the_posterior_attack_entry_points_switch_to_float64():
 
     entry_points = (reconstruct, round_trip, check_posterior, identify, oracle_for, model_features)
     entry_points += (remaining_leakage, attack_posterior, audit_posterior)
-    assert [f.__name__ for f in entry_points if f.__code__.co_name != "with_float64"] == []
+    assert [f.__name__ for f in entry_points if f.__code__.co_name != "with_attack_numerics"] == []

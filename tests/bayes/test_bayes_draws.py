@@ -172,11 +172,11 @@ def test_check_draws_too_few():
 
 def test_check_draws_refuses_a_point_estimate_repeated():
     draws = _good()
-    draws["beta"][:, 1] = 0.7  # one coordinate never moves: no spread to read the data from
-    with pytest.raises(
-        ReconError, match=r"'beta' has the same value in every draw \(flat coordinate\(s\) \[1\]\)"
-    ):
+    draws["beta"][:] = 0.7  # never moves: no spread to read the data from
+    with pytest.raises(ReconError, match=r"'beta' has the same value in every draw"):
         check_draws(draws, EXPECTED)
+    draws["beta"][:, 0] = RNG.normal(size=50)  # one entry fixed is refused in the unconstrained space (a
+    assert check_draws(draws, EXPECTED)["beta"].shape == (50, 2)  # Cholesky factor's first row never moves)
 
 
 def test_standardised_coordinates_refuse_collinear_draws():

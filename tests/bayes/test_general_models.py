@@ -212,6 +212,63 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
     assert both.layout.shapes == {"X": (3,), "Z": (), "y": ()}
 
 
+def correlated_pair(x, y=None):
+    """Two responses per row, correlated: a multivariate normal with an LKJ correlation's Cholesky factor."""
+    a = numpyro.sample("a", dist.Normal(0, 5).expand([2]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0, 5).expand([2]).to_event(1))
+    corr = numpyro.sample("corr", dist.LKJCholesky(2, 2.0))
+    s = numpyro.sample("s", dist.HalfNormal(3).expand([2]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.MultivariateNormal(a + b * x[:, None], scale_tril=s[:, None] * corr), obs=y)
+
+
+def three_components(y=None):
+    theta = numpyro.sample("theta", dist.Dirichlet(jnp.ones(3)))
+    mu = numpyro.sample("mu", dist.Normal(0, 5).expand([3]).to_event(1))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", dist.MixtureSameFamily(dist.Categorical(theta), dist.Normal(mu, 1.0)), obs=y)
+
+
+def test_latent_sites_are_flattened_in_their_unconstrained_size():
+    """A simplex of 3 has 2 unconstrained coordinates and a 2 × 2 correlation's Cholesky factor 1 (whose
+    first row never moves in the draws); both were flattened at their constrained size, and the model
+    failed on pseudo-data. The score has mean zero under the posterior (the Stein identity) in the
+    unconstrained coordinates, Jacobians included; a vector response takes its entries' support."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=150)
+    y = np.c_[1 + x, 2 - x] + rng.multivariate_normal([0, 0], [[1, 0.7], [0.7, 1]], 150)
+    z = np.concatenate([rng.normal(-3, 1, 200), rng.normal(0, 1, 100), rng.normal(3, 1, 100)])
+    for model, data, dim, names in (
+        (correlated_pair, {"x": x, "y": y}, 7, ("a[0]", "a[1]", "b[0]", "b[1]", "corr[0]", "s[0]", "s[1]")),
+        (three_components, {"y": z}, 5, ("mu[0]", "mu[1]", "mu[2]", "theta[0]", "theta[1]")),
+    ):
+        draws = nuts(model, **data)
+        release = prepare_release(model, draws, {k: v.shape[1:] for k, v in data.items()})
+        assert release.layout.support("y") is constraints.real
+        assert release.weighted_model.dim == dim and release.weighted_model.coordinate_names == names
+        score = jax.vmap(jax.grad(release.weighted_model.log_density), (0, None, None))
+        g = np.asarray(score(jnp.asarray(release.theta), {k: jnp.asarray(v) for k, v in data.items()},
+                             jnp.ones(len(data["y"]))))  # fmt: skip
+        batches = g[:600].reshape(20, 30, -1).mean(axis=1)  # batch means absorb NUTS's autocorrelation
+        assert np.all(np.abs(g.mean(axis=0)) < 4 * batches.std(axis=0, ddof=1) / np.sqrt(20))
+
+
+def test_a_parameter_that_never_moves_in_the_draws_is_named():
+    rng = np.random.default_rng(4)
+    draws = {"a": rng.normal(size=50), "b": np.full(50, 0.7)}  # b fixed: a point estimate mixed in
+    with pytest.raises(br.ReconError, match="site 'b' has the same value in every draw"):
+        prepare_release(poisson_regression, draws, ["x", "y"])
+
+    def vector(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 5).expand([2]).to_event(1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Poisson(jnp.exp(b[0] + b[1] * x)), obs=y)
+
+    draws = {"b": np.c_[rng.normal(size=50), np.full(50, 0.7)]}
+    with pytest.raises(br.ReconError, match=r"the draws of b\[1\] \(in the model's unconstrained"):
+        prepare_release(vector, draws, ["x", "y"])
+
+
 def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
     """A fixed array the model takes one value per row: a binomial's trials, the same on every row, are
     that value (its response stratified on 0..5); a negative exposure and a scale that differ by row are

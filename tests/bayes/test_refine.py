@@ -17,7 +17,7 @@ import bayes_recon as br
 from bayes_recon import refine as fw
 from bayes_recon.objective import ScoreMatching
 from bayes_recon.optimise import OptimiserConfig
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.stages import make_start
 
 RNG = np.random.default_rng(0)
@@ -55,7 +55,7 @@ def test_the_weights_are_the_exact_non_negative_optimum():
     assert 0.5 * w @ a @ w + b @ w <= 0.5 * bounded @ a @ bounded + b @ bounded + 1e-9
 
 
-@float64
+@attack_numerics
 def test_the_first_variation_is_the_objectives_derivative_in_a_new_points_weight():
     """The objective is exactly quadratic in a weight u at a new point x: J(u) = J(0) + u φ(x) + ½ u² a."""
     refiner = refiner_of(4)
@@ -68,7 +68,7 @@ def test_the_first_variation_is_the_objectives_derivative_in_a_new_points_weight
     assert phi < 0 < curvature  # the data's mean is about 1: weight at 3 helps a measure centred there
 
 
-@float64
+@attack_numerics
 def test_rounds_repair_a_measure_with_its_points_in_the_wrong_place():
     """Points at 4 to 7 and far too little mass: the rounds lower the objective each round they keep,
     and end where no point would gain, near the stages' own optimum."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bayes_recon import pseudo
-from bayes_recon.precision import float64
+from bayes_recon.precision import attack_numerics
 from bayes_recon.standard_errors import (
     effective_size,
     measure_parameters,
@@ -52,7 +52,7 @@ def _black_box_sandwich(terms, points):
     return sandwich_of(phi, unpack, np.asarray(hessian), np.asarray(gradients))
 
 
-@float64
+@attack_numerics
 def test_the_sandwich_gives_the_standard_error_of_a_mean_and_a_symmetry_adds_nothing():
     theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
     sandwich, points = _sandwich(theta)
@@ -69,7 +69,7 @@ def test_the_sandwich_gives_the_standard_error_of_a_mean_and_a_symmetry_adds_not
     assert errors["mean[0]"] == pytest.approx(np.sqrt(covariance[0, 0]) / 2, rel=1e-6)  # mean = Σ w x / 2
 
 
-@float64
+@attack_numerics
 def test_a_statistic_asking_for_a_column_the_measure_lacks_is_named():
     sandwich, _ = _sandwich(0.3 + 2.0 * np.random.default_rng(0).normal(size=100))
     with pytest.raises(
@@ -78,7 +78,7 @@ def test_a_statistic_asking_for_a_column_the_measure_lacks_is_named():
         statistic_covariance(sandwich, lambda data, w: w @ data["z"])
 
 
-@float64
+@attack_numerics
 def test_autocorrelated_draws_count_for_their_effective_size():
     rho = 0.8
     theta = _ar1(20_000, rho, seed=1)
@@ -91,7 +91,7 @@ def test_autocorrelated_draws_count_for_their_effective_size():
     assert sizes[1] > 0.9 * len(theta)
 
 
-@float64
+@attack_numerics
 def test_a_flat_direction_with_noise_along_it_gets_an_error_beyond_any_use():
     theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
     sandwich, _ = _sandwich(theta, noisy_flat_direction=0.5)
@@ -101,7 +101,7 @@ def test_a_flat_direction_with_noise_along_it_gets_an_error_beyond_any_use():
     assert np.sqrt(covariance[1, 1]) == pytest.approx(independent, rel=0.1)  # Σ w x does not
 
 
-@float64
+@attack_numerics
 def test_a_column_s_units_do_not_change_its_standard_error():
     """The Hessian's regularisation is scale-free: a column in units 10⁶ times smaller (its values and
     the objective's curvature in them rescaled) has the same relative errors."""
