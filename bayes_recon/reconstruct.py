@@ -257,6 +257,7 @@ class Reconstruction:
         return spread if len(measures) > 1 else dict.fromkeys(spread, np.inf)
 
     @cached_property
+    @attack_numerics
     def unseen_mass(self) -> float:
         """The largest share of the recovered mass whose weight barely moves the posterior. Weighting a
         group of points tilts the posterior by exp(Σ_group w_j log p(x_j | θ)); where that sum hardly
@@ -280,6 +281,7 @@ class Reconstruction:
         unseen = order[tilt < UNSEEN_TILT * tilt[-1]]
         return float(w[unseen].sum() / w.sum())
 
+    @attack_numerics
     def objective_terms(self, points: Mapping[str, Any], weights: Any) -> np.ndarray:
         """The attack's objective at any measure, one term per draw (S,) with the information penalty
         (:func:`bayes_recon.objective.information_penalty`, zero for real data) added to each: their
@@ -291,6 +293,7 @@ class Reconstruction:
         return np.asarray(jax.jit(terms)(data, jnp.asarray(weights)) + penalty(data))
 
     @cached_property
+    @attack_numerics
     def standard_errors(self) -> dict[str, float]:
         """How tightly the release's draws determine N and every free coordinate's mean, sd and
         pairwise covariance: their Monte Carlo standard errors at the result (the sandwich covariance
@@ -299,6 +302,7 @@ class Reconstruction:
         as long as the attack (nes1972 at M = 50, 1,400 parameters: 18 s)."""
         return moment_errors(self._sandwich, self.measure.points)
 
+    @attack_numerics
     def statistic_covariance(
         self, statistic: Callable[[Mapping[str, Array], Array], Array]
     ) -> tuple[np.ndarray, np.ndarray]:

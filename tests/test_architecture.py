@@ -87,9 +87,12 @@ def test_the_posterior_attack_entry_points_run_under_the_attack_numerics():
     from bayes_recon.mitigation import remaining_leakage
     from bayes_recon.oracle import oracle_for
     from bayes_recon.pipeline import attack_posterior
-    from bayes_recon.reconstruct import reconstruct
+    from bayes_recon.reconstruct import Reconstruction, reconstruct
     from bayes_recon.selfcheck import round_trip
 
     entry_points = (reconstruct, round_trip, check_posterior, identify, oracle_for, model_features)
     entry_points += (remaining_leakage, attack_posterior, audit_posterior)
+    # a result's own numbers, compiled when first read (a multivariate normal's once hung there)
+    entry_points += (Reconstruction.objective_terms, Reconstruction.statistic_covariance)
+    entry_points += (Reconstruction.standard_errors.func, Reconstruction.unseen_mass.func)
     assert [f.__name__ for f in entry_points if f.__code__.co_name != "with_attack_numerics"] == []

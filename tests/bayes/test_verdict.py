@@ -188,3 +188,19 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     unbounded = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=float("inf"))).points)
     assert "by an unbounded amount" in unbounded["How sure the audit is"][2]
     assert "the release does not determine them all" in unbounded["How sure the audit is"][2]
+
+
+def test_a_model_without_a_finite_list_of_statistics_says_it_may_reveal_more():
+    """A GLM's features are not polynomials: the moments scored are not all the release reveals, so the
+    verdict does not say "no single row" and names the moments as what was scored."""
+    glm = dataclasses.replace(kidiq_like(0.9), complete=False, kernel_effective_rank=2.6, noisy=None)
+    found = dict(headline(glm).points)
+    hidden = found["What they do not reveal"]
+    assert not any(line.startswith("No single row") for line in hidden)
+    assert hidden[-1].startswith("Unknown beyond the moments scored")
+    assert "about 2.6 independent directions" in hidden[-1]
+    answer = headline(dataclasses.replace(glm, smaller=())).answer
+    assert answer == (
+        "As far as this attack can tell, yes: it recovered none of the 6 moments it was scored on (N and the "
+        "columns' means, variances and covariances)."
+    )
