@@ -4,7 +4,8 @@ The synthetic suite (``bayes_general.py``) writes every family one way. A user's
 is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``,
 Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row, trials given per row (the same on
 every row, or varying), a Student-t whose degrees of freedom are sampled, a mixture without covariates,
-several classes, two responses per row, a regression of the noise's scale. Five cases take their data
+several classes, two responses per row (apart, or correlated in one multivariate normal), a mixture
+whose weights are a simplex, a regression of the noise's scale. Five cases take their data
 from posteriordb data sets that have no reference draws there (wells, GLM_Poisson, GLM_Binomial,
 low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others simulate
 their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500 warm-up
@@ -17,7 +18,7 @@ n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measure.weights``. 
   (``modelcheck.rows_as_units``), as the attack weighs them;
 * the truth bar: J_attack ≤ J_truth + 3 Monte Carlo se of the paired per-draw difference, J_truth the
   objective of the true data with all weights 1 on the same draws (as in ``bayes_general.py``);
-* the response's weighted mean and sd against the data's;
+* the response's weighted mean and sd against the data's (a vector response's first entry);
 * the self-check's verdict, the unseen mass, whether the attack converged, and the wall time
   (``Reconstruction.seconds``, compilation included), all in one process.
 
@@ -226,6 +227,24 @@ def no_intercept(X, y=None):  # posteriordb's sblr style: five covariates, no in
         numpyro.sample("y", dist.Normal(X @ beta, sigma), obs=y)
 
 
+def correlated_pair(x, y=None):  # two responses per row, correlated: an LKJ correlation's Cholesky factor
+    a = numpyro.sample("a", dist.Normal(0, 10).expand([2]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0, 10).expand([2]).to_event(1))
+    corr = numpyro.sample("corr", dist.LKJCholesky(2, 2.0))
+    s = numpyro.sample("s", dist.HalfNormal(5).expand([2]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.MultivariateNormal(a + b * x[:, None], scale_tril=s[:, None] * corr), obs=y)
+
+
+def three_components(y=None):  # a mixture's weights on the simplex (Dirichlet), ordered means
+    theta = numpyro.sample("theta", dist.Dirichlet(jnp.ones(3)))
+    ordered = dist.TransformedDistribution(dist.Normal(0, 5).expand([3]), dist.transforms.OrderedTransform())
+    mu = numpyro.sample("mu", ordered)
+    s = numpyro.sample("s", dist.HalfNormal(2).expand([3]).to_event(1))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", dist.MixtureSameFamily(dist.Categorical(theta), dist.Normal(mu, s)), obs=y)
+
+
 @dataclass(frozen=True)
 class Case:
     """A model as a user writes it, its data simulated at known parameters, and the call's arguments."""
@@ -362,6 +381,17 @@ def _no_intercept(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"X": X, "y": X @ np.array([1, -1, 2, 0.1, 5]) + rng.normal(size=100)}
 
 
+def _correlated_pair(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=200)
+    noise = rng.multivariate_normal([0, 0], [[1, 0.6], [0.6, 1]], 200)
+    return {"x": x, "y": np.c_[1 + 2 * x, -1 + 0.5 * x] + noise}
+
+
+def _three_components(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    component = rng.choice(3, 600, p=[0.5, 0.3, 0.2])
+    return {"y": np.array([-3.0, 0.0, 3.0])[component] + rng.normal(size=600)}
+
+
 CASES = (
     Case("lognormal", lognormal, _lognormal, ["x", "y"]),
     Case("ordered-logistic", ordered_logistic, _ordered, ["x", "y"]),
@@ -392,6 +422,8 @@ CASES = (
     Case("glm-poisson-cubic", poisson_cubic, _poisson_cubic, ["year", "y"]),
     Case("glm-binomial-trials-vary", binomial_quadratic, _binomial_quadratic, ["year", "y"], fixed=("N",)),
     Case("mixture-labels-switch", mixture_unordered, _mixture_unordered, ["y"]),
+    Case("correlated-pair", correlated_pair, _correlated_pair, {"x": (), "y": (2,)}),
+    Case("three-components", three_components, _three_components, ["y"]),
 )
 BY_CASE = {c.name: c for c in CASES}
 
@@ -439,7 +471,8 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
     attack_terms = result.objective_terms(p, w)
     truth_terms = result.objective_terms(truth, truth_weights)
     tolerance = TRUTH_SE * np.std(attack_terms - truth_terms, ddof=1) / np.sqrt(len(truth_terms))
-    y, y_true = np.asarray(p["y"], float), np.asarray(truth["y"], float)
+    # a vector response (correlated-pair): its first entry
+    y, y_true = (np.asarray(v["y"], float).reshape(len(v["y"]), -1)[:, 0] for v in (p, truth))
     mean, mean_true = w @ y / w.sum(), truth_weights @ y_true / truth_weights.sum()
     sd_true = np.sqrt(truth_weights @ (y_true - mean_true) ** 2 / truth_weights.sum())
     started = time.perf_counter()
