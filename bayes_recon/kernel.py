@@ -29,7 +29,7 @@ def model_features(setup: AttackSetup, points: Mapping[str, np.ndarray], max_dra
     """φ(x) with k(x, x') = φ(x)·φ(x'): the per-point scores at each draw, (M, S·d), scaled by 1/√S."""
     draws = setup.draws[:max_draws]
     coordinates, model = setup.coordinates, setup.weighted_model
-    data = {k: jnp.asarray(v) for k, v in points.items()}
+    data = setup.layout.typed(points)
 
     def per_draw(z: jax.Array) -> jax.Array:
         theta = coordinates.to_model(z)

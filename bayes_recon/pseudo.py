@@ -195,6 +195,14 @@ class Layout:
         """Class labels as integers (a Categorical indexes with them); 0/1 columns stay floats."""
         return values if is_binary(self.support(name)) else jnp.round(values).astype(int)
 
+    def typed(self, points: Mapping[str, Any]) -> dict[str, Array]:
+        """Data read from a file ({name: (M, *shape)}, floats) as :meth:`assemble` gives points: class
+        labels as integers, an ordered logistic's or a Categorical's index (floats fail there)."""
+        return {
+            name: self._discrete(name, jnp.asarray(v)) if is_discrete(self.support(name)) else jnp.asarray(v)
+            for name, v in points.items()
+        }
+
     def unconstrain(self, points: Mapping[str, Array]) -> Array:
         """{name: (M, *shape)} → the (M, D) unconstrained continuous coordinates (inverse of ``assemble``)."""
         blocks = [

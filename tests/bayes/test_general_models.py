@@ -269,6 +269,27 @@ def test_a_parameter_that_never_moves_in_the_draws_is_named():
         prepare_release(vector, draws, ["x", "y"])
 
 
+def test_class_labels_read_from_a_file_as_floats_index_the_model_as_integers():
+    """A CSV gives every column as floats; an ordered logistic indexes its cut-points with the label, so
+    the true data's features (the MMD the CLI and the audit print) crashed with take_along_axis."""
+    from bayes_recon.identifiability import feature_setup
+    from bayes_recon.kernel import model_features
+
+    def ordinal(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 2))
+        cuts = numpyro.sample("cuts", dist.TransformedDistribution(
+            dist.Normal(0, 3).expand([2]), dist.transforms.OrderedTransform()))  # fmt: skip
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.OrderedLogistic(b * x, cuts), obs=y)
+
+    rng = np.random.default_rng(5)
+    draws = {"b": rng.normal(1, 0.1, 40), "cuts": np.sort(rng.normal(0, 1, (40, 2)), axis=1)}
+    setup = feature_setup(ordinal, draws, ["x", "y"], {}, {}, 40)
+    x, labels = rng.normal(size=6), np.array([0, 2, 1, 1, 0, 2])
+    from_file = model_features(setup, {"x": x, "y": labels.astype(float)})
+    np.testing.assert_allclose(from_file, model_features(setup, {"x": x, "y": labels}))
+
+
 def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
     """A fixed array the model takes one value per row: a binomial's trials, the same on every row, are
     that value (its response stratified on 0..5); a negative exposure and a scale that differ by row are
