@@ -192,7 +192,9 @@ def audit_posterior(
     last = DrawsPoint(
         total, "attack", float(full.relative_mmd() or 0.0), _rows(statistics, truth, full.measure, config)
     )
-    if spec is None:  # no closed form: attack every smaller release too
+    # no closed form, or statistics that are not its span (a --max-degree too low): attack every smaller
+    # release too
+    if spec is None or not check.identifiability.polynomial:
         # The curve reads each release's errors against the truth: no bootstrap needed there.
         recon = [dataclasses.replace(config.recon, max_draws=n, bootstrap=0) for n in counts]
         smaller = [
@@ -205,29 +207,20 @@ def audit_posterior(
             )
             for n, a in zip(counts, smaller, strict=True)
         ]
-        return Audit(
-            name,
-            check,
-            statistics,
-            full,
-            last.rows,
-            [*curve, last],
-            None,
-            [],
-            config,
-            time.perf_counter() - started,
-        )
-    oracle = _OracleCurve(full, spec, check)
-    curve = [oracle.point(n, truth, config) for n in counts]
-    mitigation = [
-        remaining_leakage(
-            full.reconstruction.setup,
-            spec,
-            truth,
-            Perturbation(e, config.mechanism, config.delta, seed=config.seed),
-        )
-        for e in config.epsilons
-    ]
+        mitigation, baseline = [], None
+    else:
+        oracle = _OracleCurve(full, spec, check)
+        curve = [oracle.point(n, truth, config) for n in counts]
+        mitigation = [
+            remaining_leakage(
+                full.reconstruction.setup,
+                spec,
+                truth,
+                Perturbation(e, config.mechanism, config.delta, seed=config.seed),
+            )
+            for e in config.epsilons
+        ]
+        baseline = oracle.errors(total, truth) if mitigation else None  # the mitigation's baseline
     return Audit(
         name,
         check,
@@ -235,7 +228,7 @@ def audit_posterior(
         full,
         last.rows,
         [*curve, last],
-        oracle.errors(total, truth) if mitigation else None,  # the mitigation's baseline
+        baseline,
         mitigation,
         config,
         time.perf_counter() - started,

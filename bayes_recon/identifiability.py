@@ -125,7 +125,8 @@ class Identifiability:
     ``rank``: the number of independent statistics the features see (None when they are not
     polynomials: then no finite list in this basis holds all they see). ``polynomial``: whether the
     features are polynomials of degree ``degree`` (the lowest that fits; the largest tried when
-    none does) in ``variables``; only then are the ``statistics`` named (otherwise empty).
+    none does) in ``variables`` (where none fits, the columns themselves, not their logs); only then
+    are the ``statistics`` named (otherwise empty).
     ``aliases``: monomials equal on the support to a lower one, e.g. ``mom_hs² = mom_hs`` for a binary column.
     ``kernel_effective_rank``: the effective rank exp(H) of the model-induced kernel on the probe
     points (H the entropy of its normalised eigenvalues): about how many independent directions of

@@ -19,17 +19,21 @@ split their batch over XLA's thread pool and wait for their parts
 parts queued behind the other: a multivariate normal response's attack hung at 0 % CPU in its first
 round on two cores (gdb: both pool threads in ``lapack_dtrsm_ffi``, waiting). A per-row likelihood's
 matrices are small and batched over points and draws, which XLA's own expansions (HLO
-TriangularSolve and Cholesky) serve without the pool. JAX's CPU rules are put back when the entry
-point returns, so the caller's own programs compiled after are as before. An LU decomposition is
-left to LAPACK: JAX's own LU algorithm added 3 s to compiling kidiq's attack (25 → 28 s), whose
-Newton steps solve with it, one system at a time.
+TriangularSolve and Cholesky) serve without the pool; every triangular solve and Cholesky factor
+lowered meanwhile takes them, batched or not. JAX's CPU rules are put back when the entry point
+returns. JAX keeps compiled programs by their jaxpr, not by these rules: a function of the caller's
+first compiled inside an entry point keeps XLA's expansions, and one compiled before keeps LAPACK.
+An LU decomposition is left to LAPACK: JAX's own LU algorithm added 3 s to compiling kidiq's attack
+(25 → 28 s), whose Newton steps solve with it, one system at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 import jax
@@ -52,22 +56,40 @@ def enable_float64() -> None:
         jax.clear_caches()
 
 
+@dataclass
+class _Swap:
+    """How many uses of :func:`xla_linear_algebra` are open, in any thread, and JAX's rules they replaced."""
+
+    depth: int = 0
+    saved: dict = field(default_factory=dict)
+
+
+_SWAP, _SWAP_LOCK = _Swap(), threading.Lock()
+
+
 @contextlib.contextmanager
 def xla_linear_algebra() -> Iterator[None]:
-    """Programs lowered inside lower their batched linear algebra with XLA's own expansions on the CPU
-    (see the module's docstring); nested uses keep them, the outermost puts JAX's rules back."""
+    """Programs lowered inside lower triangular solves and Cholesky factors with XLA's own HLO ops on the
+    CPU (see the module's docstring). Uses nest and overlap across threads: the first to open swaps the
+    rules in, the last to close puts JAX's back, also when an error ends it."""
     cpu = mlir._platform_specific_lowerings["cpu"]
-    saved = {primitive: cpu.get(primitive) for primitive in _XLA_RULES}
-    for primitive, rule in _XLA_RULES.items():
-        mlir.register_lowering(primitive, rule, platform="cpu")
+    with _SWAP_LOCK:
+        if _SWAP.depth == 0:
+            _SWAP.saved = {primitive: cpu.get(primitive) for primitive in _XLA_RULES}
+            for primitive, rule in _XLA_RULES.items():
+                mlir.register_lowering(primitive, rule, platform="cpu")
+        _SWAP.depth += 1
     try:
         yield
     finally:
-        for primitive, entry in saved.items():
-            if entry is None:
-                cpu.pop(primitive, None)
-            else:
-                cpu[primitive] = entry
+        with _SWAP_LOCK:
+            _SWAP.depth -= 1
+            if _SWAP.depth == 0:
+                for primitive, entry in _SWAP.saved.items():
+                    if entry is None:
+                        cpu.pop(primitive, None)
+                    else:
+                        cpu[primitive] = entry
 
 
 def attack_numerics(function: Callable[P, R]) -> Callable[P, R]:

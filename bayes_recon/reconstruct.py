@@ -288,7 +288,7 @@ class Reconstruction:
         mean is the objective there (``objective_terms(measure.points, measure.weights).mean() ==
         objective``), so the true data's value and its Monte Carlo error come from the same draws and
         slices."""
-        data = {k: jnp.asarray(v) for k, v in points.items()}
+        data = self.setup.layout.typed(points)
         terms, penalty = self._objective_parts()
         return np.asarray(jax.jit(terms)(data, jnp.asarray(weights)) + penalty(data))
 

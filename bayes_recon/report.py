@@ -2,7 +2,8 @@
 
 The page needs no network: the plots are base64 data URIs drawn with matplotlib (Agg), the style
 is inline. It opens with the verdict (:mod:`bayes_recon.verdict`: may the draws be published?), then
-shows the model and the release, the identifiable statistics, the recovered-vs-true
+shows the model and the release, the identifiable statistics (or, where the features are not polynomials,
+what the release sees and what the attack is scored on), the recovered-vs-true
 table with verdicts, leakage against the number of draws, the convergence of the attack (total
 mass, weighted means and variances per step, the true value as a dashed line) and the mitigation.
 """

@@ -130,7 +130,9 @@ def findings(audit: Audit) -> Findings:
         rows=audit.truth.total_mass(),
         columns=tuple(v.label for v in check.variables),
         statistics=len(audit.statistics),
-        quantities=quantities(audit.statistics, audit.rows, audit.truth, audit.attack.measure),
+        quantities=quantities(
+            audit.statistics, audit.rows, audit.truth, audit.attack.measure, counted(audit.attack.measure)
+        ),
         recovered_below=config.recovered_below,
         partly_below=config.partly_below,
         reproduces=recon.self_check.reproduces,
@@ -147,15 +149,26 @@ def findings(audit: Audit) -> Findings:
     )
 
 
+def counted(measure: WeightedMeasure) -> str:
+    """What the weights count: rows, or a binomial's trials or an exposure's units where they differ by
+    row (:func:`bayes_recon.modelcheck.check_units`)."""
+    units = measure.meta.get("units")
+    if not units:
+        return "rows"
+    return "trials" if units["kind"] == "trials" else f"units of exposure ({units['column']})"
+
+
 def quantities(
     statistics: Sequence[Statistic],
     rows: Sequence[Mapping[str, Any]],
     truth: WeightedMeasure,
     recovered: WeightedMeasure,
+    unit: str = "rows",
 ) -> tuple[Quantity, ...]:
     """Each identifiable statistic as a count, mean, variance or covariance where it is one given the
     others (a mean needs N; a variance or covariance also the columns' means), with the attack's error
-    on that quantity; otherwise the statistic itself with its row's scale-free error."""
+    on that quantity; otherwise the statistic itself with its row's scale-free error. N counts ``unit``
+    (:func:`counted`), and the moments are per unit."""
     powers = [s.terms[0][0] if len(s.terms) == 1 else None for s in statistics]
     has_n = any(m is not None and not any(m) for m in powers)
     means = {m.index(1) for m in powers if m is not None and sum(m) == 1}
@@ -167,7 +180,7 @@ def quantities(
             out.append(Quantity("statistic", (statistic.name,), float(row["error"])))
             continue
         kind: Kind = ("count", "mean", "variance" if len(set(factors)) == 1 else "covariance")[len(factors)]
-        labels = tuple(statistic.variables[i].label for i in dict.fromkeys(factors))
+        labels = tuple(statistic.variables[i].label for i in dict.fromkeys(factors)) or (unit,)
         out.append(
             Quantity(kind, labels, _moment_error(kind, factors, statistic.variables, truth, recovered))
         )
@@ -204,7 +217,7 @@ def describe(quantities: Sequence[Quantity]) -> str:
     by_kind = {kind: [q.variables for q in quantities if q.kind == kind] for kind in get_args(Kind)}
     means, variances = ([v for (v,) in by_kind[k]] for k in ("mean", "variance"))
     pairs = by_kind["covariance"]
-    parts = ["N (the number of rows)"] if by_kind["count"] else []
+    parts = [f"N (the number of {(by_kind['count'][0] or ('rows',))[0]})"] if by_kind["count"] else []
     if means and means == variances:
         heads = ["means" if len(means) > 1 else "mean", "variances" if len(means) > 1 else "variance"]
         if len(means) > 1 and sorted(map(sorted, pairs)) == sorted(
@@ -398,7 +411,9 @@ def _advice(found: Findings, leaked: list[Quantity]) -> tuple[str, ...]:
         advice.append(
             f"Release the posterior of noisy sufficient statistics ({found.noisy[0].mechanism}): {each}."
         )
-    columns = list(dict.fromkeys(c for q in leaked if q.kind != "statistic" for c in q.variables))
+    columns = list(
+        dict.fromkeys(c for q in leaked if q.kind not in ("statistic", "count") for c in q.variables)
+    )
     if columns:
         advice.append(
             f"Coarsen a column before fitting (round or bin {words(columns)}): the draws then carry the "

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -96,3 +98,29 @@ def test_the_posterior_attack_entry_points_run_under_the_attack_numerics():
     entry_points += (Reconstruction.objective_terms, Reconstruction.statistic_covariance)
     entry_points += (Reconstruction.standard_errors.func, Reconstruction.unseen_mass.func)
     assert [f.__name__ for f in entry_points if f.__code__.co_name != "with_attack_numerics"] == []
+
+
+def test_the_lowering_swap_nests_survives_an_error_and_restores_lapack():
+    """Inside the attack's numerics a triangular solve lowers to XLA's own op, not jaxlib's LAPACK call
+    (whose thread-pool waits deadlocked a multivariate normal's attack); JAX's rule is back after the
+    outermost use, an error included, and not before."""
+    import jax
+    import jax.numpy as jnp
+    from jax.scipy.linalg import solve_triangular
+
+    from bayes_recon.precision import xla_linear_algebra
+
+    a, b = jnp.eye(3)[None] * 2.0, jnp.ones((1, 3, 1))
+
+    def lowered(scale: float) -> str:  # a new function each time: JAX caches lowerings per function
+        return jax.jit(lambda a, b: solve_triangular(a, b * scale, lower=True)).lower(a, b).as_text()
+
+    assert "lapack" in lowered(1.0)
+    with xla_linear_algebra():
+        with xla_linear_algebra():
+            assert "lapack" not in lowered(2.0)
+        assert "lapack" not in lowered(3.0)  # the inner use closing keeps the outer one's rules
+    assert "lapack" in lowered(4.0)
+    with pytest.raises(RuntimeError), xla_linear_algebra():
+        raise RuntimeError("an attack stopped")
+    assert "lapack" in lowered(5.0)

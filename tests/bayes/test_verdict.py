@@ -13,6 +13,7 @@ from bayes_recon.verdict import (
     NoisyRelease,
     Quantity,
     SmallerRelease,
+    counted,
     describe,
     headline,
     quantities,
@@ -188,6 +189,21 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     unbounded = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=float("inf"))).points)
     assert "by an unbounded amount" in unbounded["How sure the audit is"][2]
     assert "the release does not determine them all" in unbounded["How sure the audit is"][2]
+
+
+def test_n_counts_trials_where_the_attack_weighs_them():
+    """A binomial whose trials differ by row is reconstructed one pseudo-row per trial: its N is the
+    number of trials, and the coarsening advice names columns, not that unit."""
+    x, y = Variable("x", None, False, False), Variable("y", None, False, True)
+    statistics = [Statistic((x, y), ((p, 1.0),)) for p in ((0, 0), (1, 0), (0, 1))]
+    units = {"column": "n", "response": "y", "kind": "trials"}
+    trials = WeightedMeasure(
+        {"x": np.array([0.0, 1.0, 2.0]), "y": np.array([1.0, 0.0, 1.0])}, np.ones(3), {"units": units}
+    )
+    found = quantities(statistics, [{"error": 0.0}] * 3, trials, trials, counted(trials))
+    assert describe(found) == "N (the number of trials) and the means of x and y"
+    leaked = dict(headline(dataclasses.replace(kidiq_like(0.01), quantities=found)).points)["What to do"]
+    assert any("round or bin x and y" in advice for advice in leaked)
 
 
 def test_a_model_without_a_finite_list_of_statistics_says_it_may_reveal_more():
