@@ -446,6 +446,9 @@ def _identify(
     n = config.probe_factor * len(monomials) + 50
     points = {k: v[:n] for k, v in probe.items()}
     raw = _monomial_values(variables, monomials, points)
+    n_draws = int(setup.draws.shape[0])
+    if not np.isfinite(raw).all():  # the log of a column that reaches 0 (a zero-inflated count): no basis
+        return Identifiability((), variables, None, False, degree, (), n_draws, 0.0)
     scale = np.linalg.norm(raw, axis=0)
     scale[scale == 0] = 1.0  # zero on the support (two dummies of one variable): an alias of 0, never kept
     basis = raw / scale  # equilibrated: the statistics' units differ by orders of magnitude
@@ -459,7 +462,6 @@ def _identify(
     features = probe_features[:n, norms > 0] / norms[norms > 0]
     coefficients = q.T @ features  # the features in the orthonormal basis of the kept monomials
     residual = np.linalg.norm(features - q @ coefficients, axis=0).max(initial=0.0)
-    n_draws = int(setup.draws.shape[0])
     if residual > 1e-6:  # not polynomials of this degree: no finite list of statistics in this basis
         return Identifiability((), variables, None, False, degree, aliases, n_draws, 0.0)
     u, singular, _ = np.linalg.svd(coefficients, full_matrices=False)
