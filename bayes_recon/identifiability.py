@@ -430,7 +430,10 @@ def _monomials(n_variables: int, max_degree: int) -> list[Monomial]:
 def _monomial_values(
     variables: Sequence[Variable], monomials: Sequence[Monomial], points: Mapping[str, Any]
 ) -> np.ndarray:
-    values = np.stack([v.values(points) for v in variables], axis=1)  # (n, V)
+    rows = len(next(iter(points.values())))
+    # (n, V); no variables at all for a response whose slope is checked against the other columns, of
+    # which there are none (a mixture of y alone): only the constant monomial
+    values = np.stack([v.values(points) for v in variables], axis=1) if variables else np.ones((rows, 0))
     return np.stack([np.prod(values ** np.asarray(m), axis=1) for m in monomials], axis=1)
 
 

@@ -50,6 +50,13 @@ def zip_regression(x, y=None):
         numpyro.sample("y", dist.ZeroInflatedPoisson(0.3, jnp.exp(beta[0] + beta[1] * x)), obs=y)
 
 
+def two_normals(y=None):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 3.0).expand([2]).to_event(1))
+    with numpyro.plate("data", y.shape[0]):
+        mixing = dist.Categorical(jnp.array([0.4, 0.6]))
+        numpyro.sample("y", dist.MixtureSameFamily(mixing, dist.Normal(mu, 1.0)), obs=y)
+
+
 def logistic_regression(x, y=None):
     beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
     with numpyro.plate("data", x.shape[0]):
@@ -153,6 +160,8 @@ def test_where_no_polynomial_fits_the_audit_scores_the_columns_own_moments():
     )
     scored = moment_statistics(found.variables, probe_points(setup, 200))
     zero_inflated = identifiable_statistics(zip_regression, draws, free=["x", "y"], config=config)
+    alone = identifiable_statistics(two_normals, {"mu": rng.normal(size=(100, 2))}, free=["y"], config=config)
+    assert not alone.polynomial and alone.linear_in_response == ()  # y was the only column: a crash
     assert not zero_inflated.polynomial  # its probe counts reach 0, whose log crashed the alias names
     assert [s.name for s in scored] == ["N", "Σ x", "Σ y", "Σ x²", "Σ x·y"]
     truth = WeightedMeasure.empirical({"x": np.array([0.5, -1.0, 2.0]), "y": np.array([1.0, 0.0, 1.0])})
