@@ -5,7 +5,8 @@ Such a model has no finite list of identifiable statistics, so the audit
 every product of two (:func:`bayes_recon.identifiability.moment_statistics`). The cases, their data and
 their NUTS draws are those of ``bayes_model_styles.py`` (its cache under ``results/bayes_styles_cache/``),
 each written to files and read as a user's would be (:func:`bayes_recon.userfiles.user_problem`), then
-audited with the defaults: M = 50, the release and its first 100 draws. Per case the table gives the
+audited with the defaults: M = 50, the release and its first 100 draws. A case whose audit raises is a
+row with its error. Per case the table gives the
 verdict's answer in one word (the severity), the error of every scored statistic, the self-check, the
 largest standard error and the wall time of the whole audit (the attacks' compilation included), in
 one process.
@@ -21,6 +22,7 @@ import json
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +58,10 @@ def run_case(name: str, folder: Path, config: AuditConfig) -> dict[str, Any]:
         fixed=case.fixed,
     )
     started = time.perf_counter()
-    audit = audit_posterior(problem, config=config)
+    try:
+        audit = audit_posterior(problem, config=config)
+    except Exception as err:  # a row, not the end of the suite
+        return {"case": name, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
     found = findings(audit)
     said = headline(found)
     return {
@@ -79,6 +84,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['case']} | | **error** | {r['error'][:200]} | | | |")
+            continue
         scored = "; ".join(
             f"{s['statistic']} {100 * s['error']:.1f} % ({s['verdict']})" for s in r["statistics"]
         )
@@ -103,7 +111,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
             rows.append(run_case(name, Path(folder), AuditConfig()))
-            print(f"{name}: {rows[-1]['answer']} ({rows[-1]['seconds']:.1f} s)", flush=True)
+            print(f"{name}: {rows[-1].get('answer', rows[-1].get('error'))}", flush=True)
     print(table(rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
