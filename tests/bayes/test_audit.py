@@ -170,6 +170,7 @@ def model(x, y=None):
 """
 
 
+@pytest.mark.slow  # 50 s; moment_statistics and the verdict's words for it are tested without an attack
 def test_a_glm_is_audited_on_n_and_the_columns_moments(tmp_path, capsys):
     """A Poisson regression's features are not polynomials: no finite list of statistics holds what its
     draws reveal, so the audit scores the attack on N and the sums of x, y and their products, and says
