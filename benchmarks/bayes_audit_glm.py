@@ -111,11 +111,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
             rows.append(run_case(name, Path(folder), AuditConfig()))
-            print(f"{name}: {rows[-1].get('answer', rows[-1].get('error'))}", flush=True)
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            if args.json:  # after every case: a long suite stopped half-way keeps what it measured
+                Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+                saved = {"command": sys.argv, "rows": rows}
+                Path(args.json).write_text(json.dumps(saved, indent=1, default=float))
     print(table(rows))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"command": sys.argv, "rows": rows}, indent=1, default=float))
 
 
 if __name__ == "__main__":
