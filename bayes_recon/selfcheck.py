@@ -167,7 +167,7 @@ def round_trip(
         )
     names = setup.weighted_model.coordinate_names
     release = Coordinates.standardised(jnp.asarray(theta_p))
-    data = setup.layout.typed(points)
+    data = {k: jnp.asarray(v) for k, v in points.items()}
     w = jnp.asarray(weights, dtype=float)
 
     def log_q(z: jax.Array, data: Mapping[str, jax.Array], w: jax.Array) -> jax.Array:
