@@ -532,8 +532,8 @@ def describe_convergence(recon: Any) -> str:
     refined = "refine_converged" in recon.history
     if converged and refined:
         return (
-            "the Frank–Wolfe rounds stopped when no point searched would gain, with weight, more than a "
-            "tenth of the objective's Monte Carlo error."
+            "the Frank–Wolfe rounds stopped when moving all the mass onto the best point searched would "
+            "gain (to first order) less than the objective's Monte Carlo error."
         )
     if converged:
         return "the last stage stopped when the objective stopped changing."

@@ -215,10 +215,10 @@ class Reconstruction:
         return round_trip(self.setup, self.measure.points, self.measure.weights)
 
     def converged(self) -> bool | None:
-        """Whether the Frank–Wolfe rounds stopped on their own (no point searched would gain what the draws
-        can tell), not at ``config.refine_rounds``; without rounds, whether the best restart's last stage
-        stopped because its objective stopped changing, not at its step cap (``config.steps``); None with
-        minibatches of draws (Adam runs every step)."""
+        """Whether the Frank–Wolfe rounds stopped on their own (their gap under what the draws can tell,
+        :data:`bayes_recon.refine.GAP`), not at ``config.refine_rounds``; without rounds, whether the best
+        restart's last stage stopped because its objective stopped changing, not at its step cap
+        (``config.steps``); None with minibatches of draws (Adam runs every step)."""
         batch = self.config.batch_size
         if batch is not None and batch < self.measure.meta["n_draws"]:
             return None
@@ -572,7 +572,7 @@ def reconstruct(
             points = layout.assemble(jnp.asarray(refined["z"]), bits)
             measure = WeightedMeasure({k: np.asarray(v) for k, v in points.items()}, refined["weights"])
             objective = float(refined["objectives"][-1])
-            history |= {f"refine_{k}": refined[k] for k in ("objectives", "gains", "converged")}
+            history |= {f"refine_{k}": refined[k] for k in ("objectives", "gaps", "converged")}
     measure = WeightedMeasure(
         measure.points,
         measure.weights,

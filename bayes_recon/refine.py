@@ -29,12 +29,12 @@ INFORMATION_BOUND):
 along points whose scores barely move over the draws the estimated objective can fall without end (a
 Student-t regression went to mass 1.3e7 and an objective of -9e11; a probit regression whose stages
 had ended on a wall of mass 1e18, to -3e8 below the true data's).
-The rounds stop when the best candidate alone would gain less than a tenth of the objective's Monte
-Carlo standard error (the measure is then optimal, up to what the draws can tell, against every point
-the search tried), or after ``rounds``. They run only where the stages' own result fails the
-self-check (:func:`bayes_recon.reconstruct.reconstruct`): where it passes, they found points the
-release does not see (a logistic regression's Σ y·x went from 3 % to 81 % off, the self-check still
-passing).
+The rounds stop when the Frank–Wolfe gap, the measure's mass times the most negative φ found, is under
+the objective's Monte Carlo standard error (the measure is then optimal, up to what the draws can tell,
+among measures of its mass on every point the search tried), or after ``rounds``. They run only where
+the stages' own result fails the self-check (:func:`bayes_recon.reconstruct.reconstruct`): where it
+passes, they found points the release does not see (a logistic regression's Σ y·x went from 3 % to
+81 % off, the self-check still passing).
 The search is a local one from random starts: it can miss where weight would help, and it can lower the
 objective with points the draws barely tell apart (a negative binomial regression with three covariates,
 N = 1,000, whose stages ended with a covariate's mean 5.9 sd from the truth's: the rounds went below the
@@ -82,10 +82,13 @@ NEWTON_STEPS = 20
 # (a gamma regression's second round ended above its start), and the search took twice as long
 # (kidiq-kidscore_momiq at M = 50: 36 s in all, against 29 s).
 ADDED_PER_ROUND = 0.5
-# The rounds stop once the best candidate alone would gain less than this many Monte Carlo se of the
-# objective. What one point gains alone understates what several gain together: on a gamma regression
-# the best alone gained 0.15 and the round 0.47.
-ALONE = 0.1
+# The rounds stop once the Frank–Wolfe gap, -min φ times the measure's mass (to first order, what moving
+# all of it onto the best candidate gains; for this convex objective a bound on how far the measure is
+# from the best of its mass), is under this many Monte Carlo se of the objective: what the draws can tell.
+# What one point gains alone (φ²/2a at its best weight) understates what many gain together: that rule
+# (under a tenth of an se) stopped the rounds at once on earnings-logearn_interaction_z, where the stages
+# had lost the men's stratum (each true point alone would gain 1e-7, the whole stratum gained 0.57, 36 se).
+GAP = 1.0
 # Candidates stay within the information bound of a real point (objective.INFORMATION_BOUND): a
 # quadratic barrier on the excess, steep against φ's scale (the mean over draws of one point's terms).
 BARRIER = 1e3
@@ -98,8 +101,8 @@ class Refinement(NamedTuple):
     z: np.ndarray
     weights: np.ndarray
     objectives: np.ndarray  # at the start and after every round kept: the last is the refined measure's
-    gains: np.ndarray  # every round's best candidate's gain alone (see build_refiner's first_variation)
-    converged: bool  # stopped before ``rounds``: no candidate alone gains what the draws can tell
+    gaps: np.ndarray  # every round's Frank–Wolfe gap: the measure's mass times the most negative φ found
+    converged: bool  # stopped before ``rounds``: the gap is below what the draws can tell
 
 
 class Refiner(NamedTuple):
@@ -111,7 +114,7 @@ class Refiner(NamedTuple):
     # (z, w) → G, the objective, its se, the measure's information Σ_j w_j E_s |∇ log p(x_j | θ_s)|²
     current: Callable[[Array, Array], tuple[Array, Array, Array, Array]]
     screen: Callable[[Array, Array, Array], Array]  # (M points, their discrete values, G) → φ on a subset
-    # (C·K starts, G) → the points found, their gains (NaN: a point the likelihood rules out)
+    # (C·K starts, G) → the points found, φ at them (NaN: a point the likelihood rules out)
     descend: Callable[[Array, Array], tuple[Array, Array]]
     quadratic: Callable[[Array, Array], tuple[Array, Array]]  # (points, their bits) → A, b (in the weights)
     polish: Callable[[pseudo.Pseudo], tuple[Array, Array]]  # → the points z and weights w after it
@@ -179,48 +182,45 @@ def build_refiner(
         value = jnp.mean(each) + penalty_of(information, dim)
         return g, value, jnp.std(each) / jnp.sqrt(n_draws), w @ information
 
-    def first_variation(
-        z: Array, point_bits: Array, g: Array, on: Array, on_slices: Array | None
-    ) -> tuple[Array, Array]:
-        """φ at the points z (n,) over the draws ``on`` (G at them: ``g``), with the barrier, and what
-        weight at each alone would gain at best: a weight u there changes the objective by
-        u φ + ½ u² a, a = mean_s |√M g_x(s)|²."""
+    def first_variation(z: Array, point_bits: Array, g: Array, on: Array, on_slices: Array | None) -> Array:
+        """φ at the points z (n,) over the draws ``on`` (G at them: ``g``), with the barrier."""
         at = point_terms_at(z, point_bits, on)
 
-        def one(triple: tuple) -> tuple[Array, Array, Array]:
+        def one(triple: tuple) -> tuple[Array, Array]:
             draw, v, g_at = triple
             r, t, information = at((draw, v))
-            return t + r @ g_at, jnp.sum(r**2, axis=-1), information
+            return t + r @ g_at, information
 
-        value, curvature, information = map_in_chunks(one, (on, on_slices, g), at_once)
+        value, information = map_in_chunks(one, (on, on_slices, g), at_once)
         excess = jnp.maximum(jnp.mean(information, axis=0) / (INFORMATION_BOUND * dim) - 1.0, 0.0)
-        phi = jnp.mean(value, axis=0) + BARRIER * excess**2
-        return phi, jnp.where(phi < 0, phi**2 / (2 * jnp.mean(curvature, axis=0)), 0.0)
+        return jnp.mean(value, axis=0) + BARRIER * excess**2
 
     search_rows = jax.random.permutation(jax.random.PRNGKey(seed + 5), n_draws)[:SCREEN_DRAWS]
     screen_slices = None if slices is None else slices[search_rows]
 
     def screen(candidates: Array, candidate_bits: Array, g: Array) -> Array:
         on = (g[search_rows], draws[search_rows], screen_slices)
-        return first_variation(candidates, candidate_bits, *on)[0]
+        return first_variation(candidates, candidate_bits, *on)
 
     def descend(starts: Array, g: Array) -> tuple[Array, Array]:
         """Saddle-free Newton on φ from every start (K per stratum), on every draw: the points found, and
-        what each would gain. On a subset of the draws it found points whose likelihood is sharp between
-        them (a Poisson regression: the objective far below the true data's, the self-check failed).
-        Exact Hessians in the points' own coordinates: a stratum's cloud can have a coordinate collapsed,
-        so its scale is no guide to difference steps."""
+        φ at each (NaN: a point the likelihood rules out). On a subset of the draws it found points whose
+        likelihood is sharp between them (a Poisson regression: the objective far below the true data's,
+        the self-check failed). Exact Hessians in the points' own coordinates: a stratum's cloud can have a
+        coordinate collapsed, so its scale is no guide to difference steps. One start at a time, each
+        stopping on its own (batched, every start ran as long as the slowest: 20 steps where most
+        needed 12-16), once φ changes by under 1e-6 of itself (φ's Monte Carlo error is far larger)."""
 
         def one(start: Array, point_bits: Array) -> Array:
             def objective(x: Array, key: Array) -> Array:
-                return first_variation(x[None], point_bits[None], g, draws, slices)[0][0]
+                return first_variation(x[None], point_bits[None], g, draws, slices)[0]
 
             newton = OptimiserConfig("newton")
-            return minimise(objective, start, KEY, NEWTON_STEPS, newton, tol=1e-10, patience=2)[0].params
+            return minimise(objective, start, KEY, NEWTON_STEPS, newton, tol=1e-6, patience=2)[0].params
 
-        found = jax.vmap(one)(starts, added_bits)
-        gain = first_variation(found, added_bits, g, draws, slices)[1]
-        return found, jnp.where(jnp.isfinite(gain) & jnp.all(jnp.isfinite(found), axis=1), gain, jnp.nan)
+        found = jax.lax.map(lambda pair: one(*pair), (starts, added_bits))
+        phi = first_variation(found, added_bits, g, draws, slices)
+        return found, jnp.where(jnp.isfinite(phi) & jnp.all(jnp.isfinite(found), axis=1), phi, jnp.nan)
 
     def quadratic(z: Array, point_bits: Array) -> tuple[Array, Array]:
         """The objective in the weights of the points z: ½ wᵀAw + bᵀw + a constant. A is accumulated over
@@ -257,17 +257,17 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
     g, value, se, _ = refiner.current(jnp.asarray(z), jnp.asarray(w))
     most_information = INFORMATION_BOUND * refiner.problem.coordinates.scale.shape[0]
     union_bits = jnp.concatenate([jnp.repeat(strata, m, axis=0), jnp.repeat(strata, added(m), axis=0)])
-    objectives, gains, converged = [float(value)], [], False
+    objectives, gaps, converged = [float(value)], [], False
     for _ in range(rounds):
         pool, predicted = _pool(z, w, strata, m, rng, refiner.respond)
         starts = _screened(refiner.screen, pool, predicted, strata, g, m)
-        candidates, gain = (np.asarray(v) for v in refiner.descend(jnp.asarray(starts), g))
-        usable = np.isfinite(gain)
+        candidates, phi = (np.asarray(v) for v in refiner.descend(jnp.asarray(starts), g))
+        usable = np.isfinite(phi)
         if not usable.any():  # every point found is one the likelihood rules out: nothing to tell
-            gains.append(np.nan)
+            gaps.append(np.nan)
             continue
-        gains.append(float(gain[usable].max()))
-        if gains[-1] < ALONE * se:  # no weight anywhere gains what the draws can tell from noise
+        gaps.append(float(w.sum() * max(-phi[usable].min(), 0.0)))
+        if gaps[-1] < GAP * se:  # no measure of this mass gains what the draws can tell from noise
             converged = True
             break
         # an unusable candidate stands in as a copy of its stratum's first point (the weights share it)
@@ -287,7 +287,7 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
             continue  # not kept; the next round searches afresh
         z, w, g, se = np.asarray(z_new), np.asarray(w_new), g_new, se_new
         objectives.append(float(value_new))
-    return Refinement(z, w, np.asarray(objectives), np.asarray(gains), converged)
+    return Refinement(z, w, np.asarray(objectives), np.asarray(gaps), converged)
 
 
 def _pool(
@@ -298,30 +298,41 @@ def _pool(
     rng: np.random.Generator,
     respond: Callable[[Array, Array, Array], Array] | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Candidates per stratum (C, P, D): its weighted cloud at every width, every other one with its
-    responses drawn by ``respond`` given its covariates, and around each of its points; and which of the
-    P have their responses drawn. A Gaussian cloud rarely reaches the joint tail where a response follows
-    its covariates (a Poisson regression's count of 40 at a covariate 2.2 sd out, where the stages' counts
-    ended below 8); the predictive does."""
+    """Candidates per stratum (C, P, D): at every width, half from its own weighted cloud and half from the
+    whole measure's, every other one with its responses drawn by ``respond`` given its covariates, and
+    around each of its points; and which of the P have their responses drawn. A Gaussian cloud rarely
+    reaches the joint tail where a response follows its covariates (a Poisson regression's count of 40 at
+    a covariate 2.2 sd out, where the stages' counts ended below 8); the predictive does. A stratum the
+    stages lost has no cloud of its own to search from (earnings-logearn_interaction_z: the men's stratum
+    ended with mass 0.14 at a height of 243 inches, its spread 1e-5); the whole measure's cloud, in the
+    same columns, reaches where its data are."""
+    whole = _weighted_cloud(z, w)
     pools = []
     for zs, ws, bits in zip(z.reshape(len(strata), m, -1), w.reshape(len(strata), m), strata, strict=True):
-        p = ws / ws.sum()
-        mean = p @ zs
-        cov = ((zs - mean) * p[:, None]).T @ (zs - mean)
-        root = np.linalg.cholesky(cov + np.diag(1e-9 * np.diag(cov) + 1e-12))
+        mean, root = _weighted_cloud(zs, ws)
+        half = SCREEN_PER_WIDTH // 2
         cloud = np.concatenate([
-            mean + width * rng.standard_normal((SCREEN_PER_WIDTH, len(mean))) @ root.T
+            centre + width * rng.standard_normal((half, len(mean))) @ spread.T
             for width in SCREEN_WIDTHS
+            for centre, spread in ((mean, root), whole)
         ])  # fmt: skip
         if respond is not None:
-            half = jnp.asarray(cloud[1::2])
+            drawn_for = jnp.asarray(cloud[1::2])
             key = jax.random.PRNGKey(rng.integers(2**31))
-            drawn = np.asarray(respond(half, jnp.broadcast_to(bits, (len(half), len(bits))), key))
+            drawn = np.asarray(respond(drawn_for, jnp.broadcast_to(bits, (len(drawn_for), len(bits))), key))
             cloud[1::2] = np.where(np.isfinite(drawn), drawn, cloud[1::2])
         pools.append(np.concatenate([cloud, zs + AROUND_POINTS * rng.standard_normal(zs.shape) @ root.T]))
     predicted = np.zeros(pools[0].shape[0], dtype=bool)
     predicted[1 : len(SCREEN_WIDTHS) * SCREEN_PER_WIDTH : 2] = respond is not None
     return np.stack(pools), predicted
+
+
+def _weighted_cloud(z: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted mean (D,) and a Cholesky root (D, D) of the weighted covariance of points ``z`` (n, D)."""
+    p = w / w.sum()
+    mean = p @ z
+    cov = ((z - mean) * p[:, None]).T @ (z - mean)
+    return mean, np.linalg.cholesky(cov + np.diag(1e-9 * np.diag(cov) + 1e-12))
 
 
 def _screened(
