@@ -533,7 +533,7 @@ def describe_convergence(recon: Any) -> str:
     if converged and refined:
         return (
             "the Frank–Wolfe rounds stopped when moving all the mass onto the best point searched would "
-            "gain (to first order) less than the objective's Monte Carlo error."
+            "gain (to first order), or a round gained, less than the objective's Monte Carlo error."
         )
     if converged:
         return "the last stage stopped when the objective stopped changing."

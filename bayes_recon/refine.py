@@ -15,11 +15,11 @@ objective 3.2 Monte Carlo tolerances above the true data's, and the true points'
 -0.04 while the stages' points all had |φ| < 10⁻⁴.
 
 Each round (:func:`refine`) is a fully corrective Frank–Wolfe step followed by a sliding one:
-  1. candidates of most negative φ: a screen of points drawn from each stratum's weighted cloud at
-     several widths (every other one with its continuous responses drawn from the model's predictive
-     given its covariates) and around its points, on a subset of the draws, then saddle-free Newton on every
-     draw from the best K = M/2 of each stratum (on that gamma regression the screen's best had
-     φ = -0.3, Newton from it -4.9);
+  1. candidates of most negative φ: a screen of points drawn, half and half, from each stratum's weighted
+     cloud and the whole measure's at several widths (every other one with its continuous responses drawn
+     from the model's predictive given its covariates) and around its points, on a subset of the draws,
+     then saddle-free Newton on every draw from the best K = M/2 of each stratum (on that gamma regression
+     the screen's best had φ = -0.3, Newton from it -4.9);
   2. the weights of the points and the candidates solved exactly (non-negative least squares: the
      objective is quadratic in them), the M heaviest of each stratum kept;
   3. every point and weight polished by L-BFGS on the objective, from there.
@@ -29,12 +29,13 @@ INFORMATION_BOUND):
 along points whose scores barely move over the draws the estimated objective can fall without end (a
 Student-t regression went to mass 1.3e7 and an objective of -9e11; a probit regression whose stages
 had ended on a wall of mass 1e18, to -3e8 below the true data's).
-The rounds stop when the Frank–Wolfe gap, the measure's mass times the most negative φ found, is under
-the objective's Monte Carlo standard error (the measure is then optimal, up to what the draws can tell,
-among measures of its mass on every point the search tried), or after ``rounds``. They run only where
-the stages' own result fails the self-check (:func:`bayes_recon.reconstruct.reconstruct`): where it
-passes, they found points the release does not see (a logistic regression's Σ y·x went from 3 % to
-81 % off, the self-check still passing).
+The rounds stop when the Frank–Wolfe gap, the measure's mass times the most negative φ found (zero if
+none is), is under the objective's Monte Carlo standard error (the measure is then optimal, up to what
+the draws can tell, among measures of its mass on every point the search tried), when a round gains less
+than that (the search found nothing that gains what the draws can tell), or after
+``rounds``. They run only where the stages' own result fails the self-check
+(:func:`bayes_recon.reconstruct.reconstruct`): where it passes, they found points the release does not
+see (a logistic regression's Σ y·x went from 3 % to 81 % off, the self-check still passing).
 The search is a local one from random starts: it can miss where weight would help, and it can lower the
 objective with points the draws barely tell apart (a negative binomial regression with three covariates,
 N = 1,000, whose stages ended with a covariate's mean 5.9 sd from the truth's: the rounds went below the
@@ -72,8 +73,8 @@ from bayes_recon.optimise import OptimiserConfig, minimise
 
 Array = jax.Array
 
-SCREEN_WIDTHS = (0.5, 1.0, 2.0, 3.0)  # candidates from each stratum's cloud, its spread times these
-SCREEN_PER_WIDTH = 512
+SCREEN_WIDTHS = (0.5, 1.0, 2.0, 3.0)  # candidates from the clouds (see _pool), their spread times these
+SCREEN_PER_WIDTH = 512  # half from the stratum's cloud, half from the whole measure's
 SCREEN_DRAWS = 1000  # the screen runs on this many of the draws
 AROUND_POINTS = 0.3  # candidates around each point, the cloud's spread times this
 NEWTON_STEPS = 20
@@ -101,8 +102,10 @@ class Refinement(NamedTuple):
     z: np.ndarray
     weights: np.ndarray
     objectives: np.ndarray  # at the start and after every round kept: the last is the refined measure's
-    gaps: np.ndarray  # every round's Frank–Wolfe gap: the measure's mass times the most negative φ found
-    converged: bool  # stopped before ``rounds``: the gap is below what the draws can tell
+    # every round's Frank–Wolfe gap: the measure's mass times the most negative φ found, zero if none is
+    # (NaN: every point found is one the likelihood rules out)
+    gaps: np.ndarray
+    converged: bool  # stopped before ``rounds``: the gap, or a round's gain, under what the draws can tell
 
 
 class Refiner(NamedTuple):
@@ -207,9 +210,10 @@ def build_refiner(
         φ at each (NaN: a point the likelihood rules out). On a subset of the draws it found points whose
         likelihood is sharp between them (a Poisson regression: the objective far below the true data's,
         the self-check failed). Exact Hessians in the points' own coordinates: a stratum's cloud can have a
-        coordinate collapsed, so its scale is no guide to difference steps. One start at a time, each
-        stopping on its own (batched, every start ran as long as the slowest: 20 steps where most
-        needed 12-16), once φ changes by under 1e-6 of itself (φ's Monte Carlo error is far larger)."""
+        coordinate collapsed, so its scale is no guide to difference steps. On a CPU one start at a time,
+        each stopping on its own (batched, every start ran as long as the slowest: 20 steps where most
+        needed 12-16), once φ changes by under 1e-6 (absolute: |φ| < 1 here); the gap needs φ to about
+        se / mass (1.3e-5 on earnings-logearn_interaction_z: se 0.016, mass 1,200)."""
 
         def one(start: Array, point_bits: Array) -> Array:
             def objective(x: Array, key: Array) -> Array:
@@ -218,7 +222,9 @@ def build_refiner(
             newton = OptimiserConfig("newton")
             return minimise(objective, start, KEY, NEWTON_STEPS, newton, tol=1e-6, patience=2)[0].params
 
-        found = jax.lax.map(lambda pair: one(*pair), (starts, added_bits))
+        pairs = (starts, added_bits)
+        cpu = jax.default_backend() == "cpu"
+        found = jax.lax.map(lambda pair: one(*pair), pairs) if cpu else jax.vmap(one)(*pairs)
         phi = first_variation(found, added_bits, g, draws, slices)
         return found, jnp.where(jnp.isfinite(phi) & jnp.all(jnp.isfinite(found), axis=1), phi, jnp.nan)
 
@@ -283,10 +289,14 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
             continue
         z_new, w_new = refiner.polish(_encoded(union[kept], w_kept, c, m, layout))
         g_new, value_new, se_new, information = refiner.current(z_new, w_new)
-        if not (float(value_new) < objectives[-1] and information <= most_information):
-            continue  # not kept; the next round searches afresh
-        z, w, g, se = np.asarray(z_new), np.asarray(w_new), g_new, se_new
-        objectives.append(float(value_new))
+        drop = objectives[-1] - float(value_new)
+        if drop > 0 and information <= most_information:
+            z, w, g = np.asarray(z_new), np.asarray(w_new), g_new
+            objectives.append(float(value_new))
+            se = se_new
+        if drop < GAP * se:  # what the gap promised, the round did not gain: the search has no better
+            converged = True
+            break
     return Refinement(z, w, np.asarray(objectives), np.asarray(gaps), converged)
 
 
@@ -306,11 +316,10 @@ def _pool(
     stages lost has no cloud of its own to search from (earnings-logearn_interaction_z: the men's stratum
     ended with mass 0.14 at a height of 243 inches, its spread 1e-5); the whole measure's cloud, in the
     same columns, reaches where its data are."""
-    whole = _weighted_cloud(z, w)
+    whole, half = _weighted_cloud(z, w), SCREEN_PER_WIDTH // 2
     pools = []
     for zs, ws, bits in zip(z.reshape(len(strata), m, -1), w.reshape(len(strata), m), strata, strict=True):
         mean, root = _weighted_cloud(zs, ws)
-        half = SCREEN_PER_WIDTH // 2
         cloud = np.concatenate([
             centre + width * rng.standard_normal((half, len(mean))) @ spread.T
             for width in SCREEN_WIDTHS
@@ -323,7 +332,7 @@ def _pool(
             cloud[1::2] = np.where(np.isfinite(drawn), drawn, cloud[1::2])
         pools.append(np.concatenate([cloud, zs + AROUND_POINTS * rng.standard_normal(zs.shape) @ root.T]))
     predicted = np.zeros(pools[0].shape[0], dtype=bool)
-    predicted[1 : len(SCREEN_WIDTHS) * SCREEN_PER_WIDTH : 2] = respond is not None
+    predicted[1 : len(SCREEN_WIDTHS) * 2 * half : 2] = respond is not None
     return np.stack(pools), predicted
 
 

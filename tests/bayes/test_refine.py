@@ -231,9 +231,26 @@ def test_rounds_bring_back_a_stratum_the_stages_lost():
     (ix,), (iy,) = setup.layout.coordinates_of({"x"}), setup.layout.coordinates_of({"y"})
     z = np.full((8, 2), 40.0)
     z[:4, ix], z[:4, iy] = [-1.0, -0.3, 0.3, 1.0], [0.0, 1.5, 0.5, 2.0]
-    found = fw.refine(refiner, z, np.array([15.0, 15, 15, 15, 1e-3, 1e-3, 1e-3, 1e-3]), rounds=4)
-    assert found.converged
+    w = np.array([15.0, 15, 15, 15, 1e-3, 1e-3, 1e-3, 1e-3])
+    found = fw.refine(refiner, z, w, rounds=4)
+    se = float(refiner.current(jnp.asarray(z), jnp.asarray(w))[2])
+    assert found.gaps[0] > 10 * se and found.converged  # the gap, not one point's gain, kept them going
     assert found.weights[:4].sum() == pytest.approx(60, rel=0.25)
     assert found.weights[4:].sum() == pytest.approx(40, rel=0.25)
     lost = found.weights[4:] / found.weights[4:].sum()
     assert lost @ found.z[4:, iy] == pytest.approx(y[60:].mean(), abs=0.5)
+
+
+def test_a_collapsed_strata_candidates_come_half_from_the_whole_measures_cloud():
+    """Stratum 1 is four copies of one point far away: at every width, every other block of candidates is
+    spread like the whole measure (here, stratum 0's), the others sit on that point."""
+    z = np.r_[np.random.default_rng(6).normal(size=(40, 2)), np.full((40, 2), 50.0)]
+    w = np.r_[np.ones(40), np.full(40, 1e-6)]
+    pool = fw._pool(z, w, jnp.asarray([[0.0], [1.0]]), 40, np.random.default_rng(7), None)[0][1]
+    half = fw.SCREEN_PER_WIDTH // 2
+    blocks = pool[: len(fw.SCREEN_WIDTHS) * 2 * half].reshape(len(fw.SCREEN_WIDTHS), 2, half, 2)
+    for width, (own, whole) in zip(fw.SCREEN_WIDTHS, blocks, strict=True):
+        assert np.all(np.abs(own - 50.0) < 1e-3)
+        spread = width * z[:40].std(axis=0)
+        assert np.all(np.abs(whole.mean(axis=0) - z[:40].mean(axis=0)) < 0.3 * spread)
+        np.testing.assert_allclose(whole.std(axis=0), spread, rtol=0.2)
