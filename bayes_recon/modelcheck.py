@@ -32,7 +32,7 @@ from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 
 Array = jax.Array
-Free = Sequence[str] | Mapping[str, Sequence[int]]
+Free = Sequence[str] | Mapping[str, Sequence[int] | int]
 Shapes = dict[str, tuple[int, ...]]  # per-row shapes of the free columns
 MOST_VECTOR_COLUMNS = 2  # columns named in a list tried as a vector per row at once (row_shapes_inferred)
 
@@ -404,12 +404,27 @@ def latent_shapes(
     return {k: shape for k, shape in three.items() if k not in observed}
 
 
-def free_shapes(free: Sequence[str] | Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+def free_shapes(free: Free) -> Shapes:
+    """Each free column's shape per row: names alone are scalars; a whole number n is (n,), as numpy reads
+    a shape."""
     if isinstance(free, Mapping):
-        return {k: tuple(int(d) for d in v) for k, v in free.items()}
+        shapes = {k: (v,) if isinstance(v, int | np.integer) else v for k, v in free.items()}
+        bad = {k: v for k, v in shapes.items() if not _is_shape(v)}
+        if bad:
+            raise ReconError(
+                f"free gives {bad} as per-row shape(s): a shape is a tuple of whole numbers ≥ 1, e.g. "
+                "free={'X': (5,), 'y': ()} for five covariates and a scalar response per row"
+            )
+        return {k: tuple(int(d) for d in v) for k, v in shapes.items()}
     if isinstance(free, str):
         return {free: ()}
     return {k: () for k in free}
+
+
+def _is_shape(value: Any) -> bool:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        return False
+    return all(isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 1 for d in value)
 
 
 def row_shapes_inferred(
