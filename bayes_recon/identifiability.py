@@ -37,7 +37,7 @@ from numpyro.infer.util import constrain_fn
 from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates
 from bayes_recon.kernel import model_features
-from bayes_recon.modelcheck import prepare_release
+from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.models import LinearGaussian
 from bayes_recon.oracle import pack
 from bayes_recon.precision import attack_numerics
@@ -179,7 +179,7 @@ class Identifiability:
 def identifiable_statistics(
     model: Callable,
     draws: Any,
-    free: Sequence[str] | Mapping[str, Sequence[int]],
+    free: Free,
     fixed: Mapping[str, Any] | None = None,
     support: Mapping[str, Constraint] | None = None,
     config: IdentifiabilityConfig | None = None,
@@ -297,7 +297,7 @@ def kernel_effective_rank(features: np.ndarray) -> float:
 def feature_setup(
     model: Callable,
     draws: Any,
-    free: Sequence[str] | Mapping[str, Sequence[int]],
+    free: Free,
     fixed: Mapping[str, Any] | None,
     support: Mapping[str, Constraint] | None,
     max_draws: int,

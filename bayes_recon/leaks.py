@@ -428,9 +428,10 @@ def recover_from_loglik(
     from numpyro.distributions import constraints
 
     from bayes_recon import pseudo
-    from bayes_recon.modelcheck import prepare_release
+    from bayes_recon.modelcheck import free_shapes, prepare_release
     from bayes_recon.supports import RowBoundedSupport, observed_columns
 
+    free = free_shapes(free)
     loglik = np.asarray(loglik, dtype=float)
     if loglik.ndim != 2:
         raise ReconError(f"the log-likelihood has shape {loglik.shape}; it should be (draws, rows)")

@@ -406,14 +406,15 @@ def latent_shapes(
 
 def free_shapes(free: Free) -> Shapes:
     """Each free column's shape per row: names alone are scalars; a whole number n is (n,), as numpy reads
-    a shape."""
+    a shape (so is a numpy array of whole numbers)."""
     if isinstance(free, Mapping):
-        shapes = {k: (v,) if isinstance(v, int | np.integer) else v for k, v in free.items()}
-        bad = {k: v for k, v in shapes.items() if not _is_shape(v)}
+        shapes = {k: _as_shape(v) for k, v in free.items()}
+        bad = {k: free[k] for k, v in shapes.items() if not _is_shape(v)}
         if bad:
             raise ReconError(
-                f"free gives {bad} as per-row shape(s): a shape is a tuple of whole numbers ≥ 1, e.g. "
-                "free={'X': (5,), 'y': ()} for five covariates and a scalar response per row"
+                f"free gives {bad} as per-row shape(s): a shape is a whole number n ≥ 1 (read as (n,)) or a "
+                "tuple of them, e.g. free={'X': (5,), 'y': ()} for five covariates and a scalar response "
+                "per row"
             )
         return {k: tuple(int(d) for d in v) for k, v in shapes.items()}
     if isinstance(free, str):
@@ -421,8 +422,14 @@ def free_shapes(free: Free) -> Shapes:
     return {k: () for k in free}
 
 
+def _as_shape(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and value.ndim <= 1 and np.issubdtype(value.dtype, np.integer):
+        return tuple(np.atleast_1d(value).tolist())
+    return (value,) if isinstance(value, int | np.integer) else value
+
+
 def _is_shape(value: Any) -> bool:
-    if isinstance(value, str) or not isinstance(value, Sequence):
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         return False
     return all(isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 1 for d in value)
 

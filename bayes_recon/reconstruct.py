@@ -365,7 +365,8 @@ def reconstruct(
     """Reconstruct ``n_points`` weighted pseudo-data points from posterior draws of ``model``.
 
     ``free``: the model's data arguments to reconstruct, as names (scalar per data point) or
-    ``{name: trailing shape}``. ``fixed``: arguments the adversary knows, passed as is.
+    ``{name: trailing shape}`` (a whole number n is the shape (n,)). ``fixed``: arguments the adversary
+    knows, passed as is.
     ``support``: NumPyro constraints per free column (default real). ``draws``: a dict of
     arrays, a NumPyro MCMC or an ArviZ object.
 

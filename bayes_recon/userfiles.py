@@ -48,7 +48,7 @@ _PARAMETRISED = {
     "integer_greater_than": 1,
 }
 _CALL = re.compile(r"^(?P<name>\w+)\((?P<args>[^()]*)\)$")
-_FREE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(:(?P<shape>[0-9]+(x[0-9]+)*))?$")
+_FREE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(:(?P<shape>[1-9][0-9]*(x[1-9][0-9]*)*))?$")
 
 
 def user_problem(

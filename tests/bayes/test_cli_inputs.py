@@ -244,6 +244,7 @@ BAD_INPUT = [
     ("check --model {d}/unobserved.py:model --draws {d}/fit.npz --free x,y", ["no observed site"]),
     (f"reconstruct {LINEAR_ARGS},z --draws {{d}}/fit.npz", ["takes no argument(s) ['z']"]),
     ("reconstruct --model {d}/linear.py:model --draws {d}/fit.npz --free 'x y'", ["--free: cannot read"]),
+    ("reconstruct --model {d}/linear.py:model --draws {d}/fit.npz --free x:0,y", ["cannot read 'x:0'"]),
     (
         f"reconstruct {LINEAR_ARGS} --draws {{d}}/fit.npz --support y=postive",
         ["unknown constraint 'postive'", "positive"],

@@ -181,9 +181,12 @@ def test_a_design_matrix_named_in_a_list_takes_its_row_length_from_the_model():
     draws = {"b": np.random.default_rng(0).normal(size=(50, 3))}
     assert prepare_release(logistic, draws, ["X", "y"]).layout.shapes == {"X": (3,), "y": ()}
     # a whole number is a shape of one axis, as numpy reads it; anything else is said to be no shape
-    assert prepare_release(logistic, draws, {"X": 3, "y": ()}).layout.shapes == {"X": (3,), "y": ()}
-    for bad in ("3", 2.5, (3, 0), None):
-        with pytest.raises(br.ReconError, match=r"per-row shape\(s\): a shape is a tuple of whole"):
+    for shape in (3, np.int64(3), np.array([3])):
+        assert prepare_release(logistic, draws, {"X": shape, "y": ()}).layout.shapes == {"X": (3,), "y": ()}
+    for bad in ("3", b"3", 2.5, (3, 0), 0, None):
+        with pytest.raises(
+            br.ReconError, match=r"free gives \{'X': .*\} as per-row shape\(s\): a shape is a whole"
+        ):
             prepare_release(logistic, draws, {"X": bad, "y": ()})
     varied = np.random.default_rng(1).normal(size=(2, 50))
     scalar = prepare_release(poisson_regression, {"a": varied[0], "b": varied[1]}, ["x", "y"])
