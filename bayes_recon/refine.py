@@ -32,10 +32,10 @@ had ended on a wall of mass 1e18, to -3e8 below the true data's).
 The rounds stop when the Frank–Wolfe gap, the measure's mass times the most negative φ found (zero if
 none is), is under the objective's Monte Carlo standard error (the measure is then optimal, up to what
 the draws can tell, among measures of its mass on every point the search tried), when a round gains less
-than that (the search found nothing that gains what the draws can tell), or after
-``rounds``. They run only where the stages' own result fails the self-check
-(:func:`bayes_recon.reconstruct.reconstruct`): where it passes, they found points the release does not
-see (a logistic regression's Σ y·x went from 3 % to 81 % off, the self-check still passing).
+than that (the search found nothing that gains what the draws can tell), or after ``rounds``. They run
+only where the stages' own result fails the self-check (:func:`bayes_recon.reconstruct.reconstruct`):
+where it passes, they found points the release does not see (a logistic regression's Σ y·x went from 3 %
+to 81 % off, the self-check still passing).
 The search is a local one from random starts: it can miss where weight would help, and it can lower the
 objective with points the draws barely tell apart (a negative binomial regression with three covariates,
 N = 1,000, whose stages ended with a covariate's mean 5.9 sd from the truth's: the rounds went below the
@@ -85,10 +85,11 @@ NEWTON_STEPS = 20
 ADDED_PER_ROUND = 0.5
 # The rounds stop once the Frank–Wolfe gap, -min φ times the measure's mass (to first order, what moving
 # all of it onto the best candidate gains; for this convex objective a bound on how far the measure is
-# from the best of its mass), is under this many Monte Carlo se of the objective: what the draws can tell.
-# What one point gains alone (φ²/2a at its best weight) understates what many gain together: that rule
-# (under a tenth of an se) stopped the rounds at once on earnings-logearn_interaction_z, where the stages
-# had lost the men's stratum (each true point alone would gain 1e-7, the whole stratum gained 0.57, 36 se).
+# from the best of its mass), or what a round gains, is under this many Monte Carlo se of the objective:
+# what the draws can tell. What one point gains alone (φ²/2a at its best weight) understates what many
+# gain together: that rule (under a tenth of an se) stopped the rounds at once on
+# earnings-logearn_interaction_z, where the stages had lost the men's stratum (each true point alone
+# would gain 1e-7, the whole stratum gained 0.57, 36 se).
 GAP = 1.0
 # Candidates stay within the information bound of a real point (objective.INFORMATION_BOUND): a
 # quadratic barrier on the excess, steep against φ's scale (the mean over draws of one point's terms).
