@@ -291,12 +291,12 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
         z_new, w_new = refiner.polish(_encoded(union[kept], w_kept, c, m, layout))
         g_new, value_new, se_new, information = refiner.current(z_new, w_new)
         drop = objectives[-1] - float(value_new)
-        if drop > 0 and information <= most_information:
-            z, w, g = np.asarray(z_new), np.asarray(w_new), g_new
-            objectives.append(float(value_new))
-            se = se_new
         if drop < GAP * se:  # what the gap promised, the round did not gain: the search has no better
             converged = True
+        if drop > 0 and information <= most_information:
+            z, w, g, se = np.asarray(z_new), np.asarray(w_new), g_new, se_new
+            objectives.append(float(value_new))
+        if converged:
             break
     return Refinement(z, w, np.asarray(objectives), np.asarray(gaps), converged)
 
