@@ -215,10 +215,10 @@ class Reconstruction:
         return round_trip(self.setup, self.measure.points, self.measure.weights)
 
     def converged(self) -> bool | None:
-        """Whether the Frank–Wolfe rounds stopped on their own (their gap under what the draws can tell,
-        :data:`bayes_recon.refine.GAP`), not at ``config.refine_rounds``; without rounds, whether the best
-        restart's last stage stopped because its objective stopped changing, not at its step cap
-        (``config.steps``); None with minibatches of draws (Adam runs every step)."""
+        """Whether the Frank–Wolfe rounds stopped on their own (their gap, or a round's gain, under what the
+        draws can tell: :data:`bayes_recon.refine.GAP`), not at ``config.refine_rounds``; without rounds,
+        whether the best restart's last stage stopped because its objective stopped changing, not at its
+        step cap (``config.steps``); None with minibatches of draws (Adam runs every step)."""
         batch = self.config.batch_size
         if batch is not None and batch < self.measure.meta["n_draws"]:
             return None
