@@ -81,7 +81,8 @@ def prepare_release(
     first = {k: jnp.asarray(v[0]) for k, v in checked.items()}
     with numpyro.validation_enabled(False):  # one pseudo-row: a mean over the rows has no sd (refused below)
         unconstrained = unconstrain_fn(model, (), {**fixed, **layout.example(1)}, first)
-    weighted = WeightedModel(model, tuple(shapes), fixed, {k: unconstrained[k] for k in checked})
+    reshaped = frozenset(k for k in checked if jnp.shape(unconstrained[k]) != checked[k].shape[1:])
+    weighted = WeightedModel(model, tuple(shapes), fixed, {k: unconstrained[k] for k in checked}, reshaped)
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
     flat = np.flatnonzero(np.ptp(theta, axis=0) == 0)
     if len(flat):

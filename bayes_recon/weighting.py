@@ -234,12 +234,14 @@ class WeightedModel:
     pseudo-points); ``latent_example`` is one value of the latent sites in NumPyro's unconstrained
     space, which fixes the flattening of θ (a simplex of K entries has K − 1 coordinates there, a 2 × 2
     correlation's Cholesky factor one; for other supports the shapes are the constrained ones).
+    ``reshaped``: the latent sites whose unconstrained coordinates are not their entries (those two).
     """
 
     model: Callable
     free: tuple[str, ...]
     fixed: Mapping[str, Any]
     latent_example: Mapping[str, Array]
+    reshaped: frozenset[str] = frozenset()
 
     def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
         return {**self.fixed, **data}
@@ -254,13 +256,15 @@ class WeightedModel:
 
     @property
     def coordinate_names(self) -> tuple[str, ...]:
-        """A label per flat unconstrained coordinate, in the model's flattening: "sigma", "beta[0]"."""
+        """A label per flat unconstrained coordinate, in the model's flattening: "sigma", "beta[0]", and for
+        a :attr:`reshaped` site, whose coordinates are not its entries, "theta (unconstrained 0)"."""
         index = self.unravel(jnp.arange(self.dim, dtype=float))
         names = [""] * self.dim
         for site, positions in index.items():
             positions = np.asarray(positions).astype(int)
-            for where in np.ndindex(positions.shape):
-                names[positions[where]] = f"{site}[{','.join(map(str, where))}]" if where else site
+            for i, where in enumerate(np.ndindex(positions.shape)):
+                entry = f"{site}[{','.join(map(str, where))}]" if where else site
+                names[positions[where]] = f"{site} (unconstrained {i})" if site in self.reshaped else entry
         return tuple(names)
 
     def log_density(

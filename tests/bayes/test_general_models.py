@@ -240,15 +240,26 @@ def three_components(y=None):
 def test_latent_sites_are_flattened_in_their_unconstrained_size():
     """A simplex of 3 has 2 unconstrained coordinates and a 2 × 2 correlation's Cholesky factor 1 (whose
     first row never moves in the draws); both were flattened at their constrained size, and the model
-    failed on pseudo-data. The score has mean zero under the posterior (the Stein identity) in the
+    failed on pseudo-data. Their coordinates are named as such, not as entries ("theta[0]" was not the
+    simplex's first entry). The score has mean zero under the posterior (the Stein identity) in the
     unconstrained coordinates, Jacobians included; a vector response takes its entries' support."""
     rng = np.random.default_rng(3)
     x = rng.normal(size=60)
     y = np.c_[1 + x, 2 - x] + rng.multivariate_normal([0, 0], [[1, 0.7], [0.7, 1]], 60)
     z = np.concatenate([rng.normal(-3, 1, 50), rng.normal(0, 1, 25), rng.normal(3, 1, 25)])
     for model, data, dim, names in (
-        (correlated_pair, {"x": x, "y": y}, 7, ("a[0]", "a[1]", "b[0]", "b[1]", "corr[0]", "s[0]", "s[1]")),
-        (three_components, {"y": z}, 5, ("mu[0]", "mu[1]", "mu[2]", "theta[0]", "theta[1]")),
+        (
+            correlated_pair,
+            {"x": x, "y": y},
+            7,
+            ("a[0]", "a[1]", "b[0]", "b[1]", "corr (unconstrained 0)", "s[0]", "s[1]"),
+        ),
+        (
+            three_components,
+            {"y": z},
+            5,
+            ("mu[0]", "mu[1]", "mu[2]", "theta (unconstrained 0)", "theta (unconstrained 1)"),
+        ),
     ):
         draws = nuts(model, **data)
         release = prepare_release(model, draws, {k: v.shape[1:] for k, v in data.items()})
