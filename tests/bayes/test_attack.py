@@ -16,10 +16,11 @@ from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates, score_matching_objective
 from bayes_recon.draws import as_draws
 from bayes_recon.models import lookup
+from bayes_recon.objective import point_information
 from bayes_recon.optimise import OptimiserConfig, minimise, newton_optimiser
 from bayes_recon.oracle import oracle_for
 from bayes_recon.posteriordb import load_posterior
-from bayes_recon.reconstruct import AttackSetup
+from bayes_recon.reconstruct import AttackSetup, _admissible, _best_of_round
 from bayes_recon.weighting import WeightedModel
 
 KIDIQ = "kidiq-kidscore_momiq"
@@ -343,6 +344,30 @@ def test_out_of_memory_is_a_clear_error_that_names_the_remedies(monkeypatch):
     config = br.ReconConfig(coarse_steps=1, steps=1, restarts=1, refine_rounds=0)
     with pytest.raises(br.ReconError, match=r"out of memory.*--points.*--max-draws.*--batch-size"):
         br.reconstruct(model, draws, free=["y"], n_points=3, config=config)
+
+
+def test_every_restart_reports_its_measures_information_near_d_at_the_truths_optimum(kidiq, kidiq_result):
+    """The compiled round's information is Σ_j w_j E_s |∇ log p(x_j | θ_s)|² of its measure (the same sum
+    computed apart), and at the oracle, as at the true data, about d (the information identity in the
+    attack's whitened coordinates)."""
+    setup, measure = kidiq_result.setup, kidiq_result.measure
+    points = {k: jnp.asarray(v) for k, v in measure.points.items()}
+    apart = measure.weights @ np.asarray(
+        point_information(setup.weighted_model, setup.coordinates, setup.draws, points)
+    )
+    (reported,) = kidiq_result.history["information"]
+    assert reported == pytest.approx(apart, rel=1e-9)
+    assert 0.5 * setup.draws.shape[1] < reported < 2 * setup.draws.shape[1]
+
+
+def test_a_restart_beyond_the_information_bound_is_passed_over_unless_all_are():
+    """Restart 0 of lower objective carries 1e8 (a probit regression's saturated wall), restart 1 about d."""
+    arrays = {"final": np.array([-1e8, -2.0]), "information": np.array([1e8, 4.0]),
+              "weights": np.ones((2, 3)), "points/y": np.arange(6.0).reshape(2, 3)}  # fmt: skip
+    assert _best_of_round(arrays, 4)["objective"] == -2.0
+    assert list(_admissible(arrays["information"], 4)) == [False, True]
+    beyond = {**arrays, "information": np.array([1e8, 1e3])}
+    assert _best_of_round(beyond, 4)["objective"] == -1e8 and _admissible(beyond["information"], 4).all()
 
 
 def test_each_bootstrap_replicate_is_the_exact_optimum_on_its_own_resample_of_the_draws():
