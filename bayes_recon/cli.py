@@ -651,20 +651,28 @@ def describe_units(units: Mapping[str, str]) -> str:
 def describe_restarts(recon: Any) -> str:
     """Whether the restarts that reached the best objective agree on N and the columns' moments."""
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
+    beyond = total - int(recon.admissible().sum())
+    passed_over = (
+        f" ({beyond} ended on points with more information than a release can carry, where the draws "
+        "cannot check the objective, and were passed over)"
+        if beyond
+        else ""
+    )
     if at_best < 2:
         return (
-            f"{at_best} of {total} reached the best objective, so nothing to compare "
+            f"{at_best} of {total} reached the best objective{passed_over}, so nothing to compare "
             "(--restarts 2 or more compares them)."
         )
     spread = recon.restart_spread()
     open_ = {k: v for k, v in spread.items() if v > RESTARTS_AGREE_BELOW}
     if not open_:
         return (
-            f"{at_best} of {total} reached the best objective and agree on N and every column's mean "
-            f"and sd (largest spread {max(spread.values()):.2%})."
+            f"{at_best} of {total} reached the best objective{passed_over} and agree on N and every "
+            f"column's mean and sd (largest spread {max(spread.values()):.2%})."
         )
     return (
-        f"{at_best} of {total} reached the best objective but differ on {_spread_words(recon, open_)}: the "
+        f"{at_best} of {total} reached the best objective{passed_over} but differ on "
+        f"{_spread_words(recon, open_)}: the "
         "release determines these only loosely; read them as one data set it cannot tell from the truth, "
         "not as the truth."
     )

@@ -236,8 +236,12 @@ class Reconstruction:
         """Which restarts ended within 1 % (of its magnitude) of the best restart's objective (restarts,),
         among those whose measure is within the information bound (see :func:`reconstruct`)."""
         final, best = self.restart_objectives, self.restart_objectives[self.best_restart]
-        admissible = _admissible(self.history["information"], self.setup.draws.shape[1])
-        return admissible & (final <= best + 0.01 * max(abs(best), 1e-12))
+        return self.admissible() & (final <= best + 0.01 * max(abs(best), 1e-12))
+
+    def admissible(self) -> np.ndarray:
+        """Which restarts' measures carry no more information than a release can (restarts,); all of them
+        where none does (see :func:`reconstruct`)."""
+        return _admissible(self.history["information"], self.setup.draws.shape[1])
 
     def restart_spread(self) -> dict[str, float]:
         """How far apart the restarts whose final objective is within 1 % (of its magnitude) of the best

@@ -191,15 +191,18 @@ def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
 
 
 def test_restarts_that_reach_one_objective_with_different_statistics_are_called_loose():
-    class Restarts:  # the three things describe_restarts reads from a Reconstruction
+    class Restarts:  # the things describe_restarts reads from a Reconstruction
         restart_objectives = np.array([-2.0, -2.0, -1.0])
         measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
 
-        def __init__(self, spread: dict[str, float]) -> None:
-            self.spread = spread
+        def __init__(self, spread: dict[str, float], third: bool = True) -> None:
+            self.spread, self.third = spread, third
 
         def at_best(self) -> np.ndarray:
             return np.array([True, True, False])
+
+        def admissible(self) -> np.ndarray:
+            return np.array([True, True, self.third])
 
         def restart_spread(self) -> dict[str, float]:
             return self.spread
@@ -212,6 +215,8 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
     differ = "2 of 3 reached the best objective but differ on N by 40\u00a0%, the sd of X[1] by 20\u00a0%"
     assert differ in loose
     assert "only loosely" in loose
+    walled = cli.describe_restarts(Restarts(tight, third=False))
+    assert "2 of 3 reached the best objective (1 ended on points with more information than" in walled
 
 
 def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine_the_statistic():
