@@ -589,9 +589,11 @@ def describe_remedies(recon: Any, points: int) -> str:
         )
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
     if at_best < total:
+        from bayes_recon.verdict import passed_over_words
+
         remedies.append(
-            f"--restarts {2 * total} (only {at_best} of {total} restarts reached the best objective, so a "
-            "better one may have been missed)"
+            f"--restarts {2 * total} (only {at_best} of {total} restarts reached the best objective"
+            f"{passed_over_words(int((~recon.admissible()).sum()))}, so a better one may have been missed)"
         )
     return "the numbers above are not to be trusted; rerun with: " + "; ".join(remedies) + "."
 
@@ -651,13 +653,9 @@ def describe_units(units: Mapping[str, str]) -> str:
 def describe_restarts(recon: Any) -> str:
     """Whether the restarts that reached the best objective agree on N and the columns' moments."""
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
-    beyond = total - int(recon.admissible().sum())
-    passed_over = (
-        f" ({beyond} ended on points with more information than a release can carry, where the draws "
-        "cannot check the objective, and were passed over)"
-        if beyond
-        else ""
-    )
+    from bayes_recon.verdict import passed_over_words
+
+    passed_over = passed_over_words(int((~recon.admissible()).sum()))
     if at_best < 2:
         return (
             f"{at_best} of {total} reached the best objective{passed_over}, so nothing to compare "

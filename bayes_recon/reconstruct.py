@@ -9,7 +9,7 @@ by Newton, then every point and weight by L-BFGS; the start and the stages are
 round on a CPU, all batched by ``vmap`` on an accelerator; on a CPU the rounds run side by side,
 one fewer than the cores as memory allows; each round can be kept in a checkpoint)
 → keep the restart with the lowest objective among those whose measure carries no more information
-than a release can → return a :class:`WeightedMeasure` with its history;
+than a release can (all of them where none does) → return a :class:`WeightedMeasure` with its history;
 how tightly the release determines every statistic are its Monte Carlo standard errors
 (:attr:`Reconstruction.standard_errors`), and the same program can run again on bootstrap resamples
 of the draws (:meth:`Reconstruction.bootstrap_spread`).

@@ -92,6 +92,8 @@ class Findings:
     # moments, scored though the release need not pin them down, and not all it may reveal
     complete: bool = True
     kernel_effective_rank: float = 0.0  # about how many directions of the data the release sees
+    # restarts whose measure carried more information than a release can (Reconstruction.admissible)
+    restarts_passed_over: int = 0
 
     def verdict(self, error: float) -> Verdict:
         if error < self.recovered_below:
@@ -100,6 +102,17 @@ class Findings:
 
     def judged(self, verdict: Verdict) -> list[Quantity]:
         return [q for q in self.quantities if self.verdict(q.error) == verdict]
+
+
+def passed_over_words(count: int) -> str:
+    """A clause for restarts passed over for carrying more information than a release can ("" for none)."""
+    if not count:
+        return ""
+    were = "was" if count == 1 else "were"
+    return (
+        f", and {count} {were} passed over for ending on points that carry more information than a "
+        "release can"
+    )
 
 
 def findings(audit: Audit) -> Findings:
@@ -139,6 +152,7 @@ def findings(audit: Audit) -> Findings:
         self_check=recon.self_check.summary(),
         restarts=len(recon.restart_objectives),
         restarts_agreeing=agreeing,
+        restarts_passed_over=int((~recon.admissible()).sum()),
         restart_spread=max(recon.restart_spread().values()),
         smaller=smaller,
         noisy=None if audit.attack.entry.linear is None else noisy,
@@ -357,6 +371,7 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             "The attack ran one restart"
             if found.restarts == 1
             else f"Only one of {found.restarts} restarts reached the best objective"
+            + passed_over_words(found.restarts_passed_over)
         ) + ", so there is no spread between restarts to compare (more with --restarts)."
     size = (
         f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "

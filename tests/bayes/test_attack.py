@@ -346,7 +346,7 @@ def test_out_of_memory_is_a_clear_error_that_names_the_remedies(monkeypatch):
         br.reconstruct(model, draws, free=["y"], n_points=3, config=config)
 
 
-def test_every_restart_reports_its_measures_information_near_d_at_the_truths_optimum(kidiq, kidiq_result):
+def test_every_restart_reports_its_measures_information_near_d_at_the_truths_optimum(kidiq_result):
     """The compiled round's information is Σ_j w_j E_s |∇ log p(x_j | θ_s)|² of its measure (the same sum
     computed apart), and at the oracle, as at the true data, about d (the information identity in the
     attack's whitened coordinates)."""

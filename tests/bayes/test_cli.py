@@ -91,7 +91,7 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     recon = SimpleNamespace(
         measure=measure, config=SimpleNamespace(steps=150, refine_rounds=4), converged=lambda: False,
         restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]), unseen_mass=0.0,
-        history={},
+        history={}, admissible=lambda: np.array([True, True]),
     )  # fmt: skip
     words = cli.describe_remedies(recon, 4)
     points, steps, restarts = (words.index(f"--{o}") for o in ("points 20", "steps 600", "restarts 4"))
@@ -216,7 +216,9 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
     assert differ in loose
     assert "only loosely" in loose
     walled = cli.describe_restarts(Restarts(tight, third=False))
-    assert "2 of 3 reached the best objective (1 ended on points with more information than" in walled
+    assert (
+        "2 of 3 reached the best objective, and 1 was passed over for ending on points that carry" in walled
+    )
 
 
 def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine_the_statistic():

@@ -122,6 +122,10 @@ def test_no_noise_mechanism_and_one_restart():
     )
     assert not any("noisy" in advice for advice in found["What to do"])
     assert found["How sure the audit is"][1].startswith("Only one of 2 restarts reached the best objective")
+    walled = headline(dataclasses.replace(kidiq_like(0.01), restarts_agreeing=1, restarts_passed_over=1))
+    assert dict(walled.points)["How sure the audit is"][1].startswith(
+        "Only one of 2 restarts reached the best objective, and 1 was passed over for ending on points"
+    )
     asked = dict(headline(dataclasses.replace(kidiq_like(0.01), noisy=())).points)["What to do"]
     assert any("rerun the audit with --epsilon" in advice for advice in asked)
 
