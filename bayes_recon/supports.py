@@ -105,6 +105,13 @@ def column_supports(
     unknown = sorted(set(given) - set(shapes))
     if unknown:
         raise ReconError(f"support= names {unknown}, which are not free columns ({sorted(shapes)})")
+    for column, support in given.items():
+        if not isinstance(support, Constraint):
+            raise ReconError(
+                f"support= gives column {column!r} {support!r}, not a NumPyro constraint: pass one, such as "
+                "numpyro.distributions.constraints.positive (or on the command line --support "
+                f"{column}=positive)"
+            )
 
     def parametrised(column: str, support: Constraint, whose: str) -> Constraint:
         found = relaxed(support)

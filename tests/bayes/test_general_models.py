@@ -102,6 +102,11 @@ def test_responses_take_their_support_from_the_model():
     assert counted["y"] is constraints.positive
     with pytest.raises(br.ReconError, match="support= says 'y' has support Simplex"):
         column_supports(poisson_regression, shapes, {}, {"y": constraints.simplex})
+    # a constraint's name instead of the constraint was an AttributeError from deep inside
+    for word in ("positive", 3.0):
+        refused = rf"column 'x' {word!r}, not a NumPyro constraint.*--support x="
+        with pytest.raises(br.ReconError, match=refused):
+            column_supports(poisson_regression, shapes, {}, {"x": word})
 
     def trials_per_row(x, n, y=None):  # on real-valued trials the model fails: y was taken for real
         a = numpyro.sample("a", dist.Normal(0, 1))
