@@ -593,7 +593,7 @@ def describe_remedies(recon: Any, points: int) -> str:
 
         remedies.append(
             f"--restarts {2 * total} (only {at_best} of {total} restarts reached the best objective"
-            f"{passed_over_words(int((~recon.admissible()).sum()))}, so a better one may have been missed)"
+            f"{passed_over_words(recon.passed_over())}, so a better one may have been missed)"
         )
     return "the numbers above are not to be trusted; rerun with: " + "; ".join(remedies) + "."
 
@@ -655,7 +655,7 @@ def describe_restarts(recon: Any) -> str:
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
     from bayes_recon.verdict import passed_over_words
 
-    passed_over = passed_over_words(int((~recon.admissible()).sum()))
+    passed_over = passed_over_words(recon.passed_over())
     if at_best < 2:
         return (
             f"{at_best} of {total} reached the best objective{passed_over}, so nothing to compare "

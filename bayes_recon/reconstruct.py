@@ -243,6 +243,10 @@ class Reconstruction:
         where none does (see :func:`reconstruct`)."""
         return _admissible(self.history["information"], self.setup.draws.shape[1])
 
+    def passed_over(self) -> int:
+        """How many restarts were passed over for carrying more information than a release can."""
+        return int((~self.admissible()).sum())
+
     def restart_spread(self) -> dict[str, float]:
         """How far apart the restarts whose final objective is within 1 % (of its magnitude) of the best
         end, statistic by statistic (:func:`statistics_spread`): restarts that reach the same objective

@@ -152,7 +152,7 @@ def findings(audit: Audit) -> Findings:
         self_check=recon.self_check.summary(),
         restarts=len(recon.restart_objectives),
         restarts_agreeing=agreeing,
-        restarts_passed_over=int((~recon.admissible()).sum()),
+        restarts_passed_over=recon.passed_over(),
         restart_spread=max(recon.restart_spread().values()),
         smaller=smaller,
         noisy=None if audit.attack.entry.linear is None else noisy,

@@ -31,7 +31,7 @@ the draws for every M (points per stratum) and seed and reports:
   (``r.unseen_mass``: the share of the mass on pseudo-points the release barely sees; from 0.2 the CLI
   says N is not determined);
 * every restart's measure information (``history["information"]``) and how many restarts were passed
-  over for carrying more than a release can (``r.admissible()``, JSON only);
+  over for carrying more than a release can (``r.passed_over()``, JSON only);
 * the self-check's verdict (``r.self_check``: NUTS on the recovered pseudo-data against the draws), and
   whether the last stage converged before its step cap (``r.converged()``; ``--steps`` raises the cap).
 
@@ -454,7 +454,7 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
         "bootstrap_spread": result.bootstrap_spread(),
         "unseen_mass": result.unseen_mass,
         "restart_information": result.history["information"],
-        "restarts_passed_over": int((~result.admissible()).sum()),
+        "restarts_passed_over": result.passed_over(),
         "self_check": check.to_json(),
         "self_check_summary": check.summary(),
         "self_check_seconds": time.perf_counter() - started,
@@ -623,7 +623,7 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         row["self_check"] = result.self_check.to_json()
         row["unseen_mass"] = result.unseen_mass
         row["restart_information"] = result.history["information"].tolist()
-        row["restarts_passed_over"] = int((~result.admissible()).sum())
+        row["restarts_passed_over"] = result.passed_over()
         started = time.perf_counter()
         errors = result.standard_errors
         mass, n_true = result.measure.total_mass(), len(np.asarray(data[entry.free[0]]))

@@ -91,7 +91,7 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     recon = SimpleNamespace(
         measure=measure, config=SimpleNamespace(steps=150, refine_rounds=4), converged=lambda: False,
         restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]), unseen_mass=0.0,
-        history={}, admissible=lambda: np.array([True, True]),
+        history={}, passed_over=lambda: 0,
     )  # fmt: skip
     words = cli.describe_remedies(recon, 4)
     points, steps, restarts = (words.index(f"--{o}") for o in ("points 20", "steps 600", "restarts 4"))
@@ -195,14 +195,14 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
         restart_objectives = np.array([-2.0, -2.0, -1.0])
         measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
 
-        def __init__(self, spread: dict[str, float], third: bool = True) -> None:
-            self.spread, self.third = spread, third
+        def __init__(self, spread: dict[str, float], beyond: int = 0) -> None:
+            self.spread, self.beyond = spread, beyond
 
         def at_best(self) -> np.ndarray:
             return np.array([True, True, False])
 
-        def admissible(self) -> np.ndarray:
-            return np.array([True, True, self.third])
+        def passed_over(self) -> int:
+            return self.beyond
 
         def restart_spread(self) -> dict[str, float]:
             return self.spread
@@ -215,7 +215,7 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
     differ = "2 of 3 reached the best objective but differ on N by 40\u00a0%, the sd of X[1] by 20\u00a0%"
     assert differ in loose
     assert "only loosely" in loose
-    walled = cli.describe_restarts(Restarts(tight, third=False))
+    walled = cli.describe_restarts(Restarts(tight, beyond=1))
     assert (
         "2 of 3 reached the best objective, and 1 was passed over for ending on points that carry" in walled
     )
