@@ -427,6 +427,13 @@ def information_penalty(
     return penalty_of(information, draws.shape[1])
 
 
+def within_information_bound(information: Any, dim: int) -> Any:
+    """Whether a measure's information Σ_j w_j E_s |∇ log p(x_j | θ_s)|² (one value or an array of them)
+    is within what a release can carry: INFORMATION_BOUND × d, about ten times the true data's. The
+    Frank–Wolfe rounds keep no measure beyond it, nor the attack a restart where another is within it."""
+    return information <= INFORMATION_BOUND * dim
+
+
 def penalty_of(information: Array, dim: int) -> Array:
     """The information penalty of points with this information (:func:`point_information`) each."""
     bounded = jnp.where(jnp.isfinite(information), information, 1e30) / (INFORMATION_BOUND * dim)

@@ -39,7 +39,6 @@ from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, score_mat
 from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.objective import (
     GRADIENT_BUDGET,
-    INFORMATION_BOUND,
     Objectives,
     ScoreMatching,
     build_hessian,
@@ -51,6 +50,7 @@ from bayes_recon.objective import (
     kink_bandwidths,
     point_information,
     value_size,
+    within_information_bound,
 )
 from bayes_recon.optimise import OptimiserConfig
 from bayes_recon.precision import attack_numerics
@@ -755,7 +755,7 @@ UNSEEN_LEAVES_N_OPEN = 0.2
 def _admissible(information: np.ndarray, dim: int) -> np.ndarray:
     """Which restarts' measures carry no more information than a release can (the bound of
     :mod:`bayes_recon.refine`'s rounds); all of them where none does."""
-    within = information <= INFORMATION_BOUND * dim
+    within = within_information_bound(information, dim)
     return within | ~within.any()
 
 

@@ -70,6 +70,7 @@ from bayes_recon.objective import (
     point_terms,
     prior_terms,
     value_size,
+    within_information_bound,
 )
 from bayes_recon.optimise import OptimiserConfig, minimise
 
@@ -266,7 +267,7 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
     rng = np.random.default_rng(refiner.seed)
     z, w = np.asarray(z, dtype=float), np.asarray(weights, dtype=float)
     g, value, se, _ = refiner.current(jnp.asarray(z), jnp.asarray(w))
-    most_information = INFORMATION_BOUND * refiner.problem.coordinates.scale.shape[0]
+    dim = refiner.problem.coordinates.scale.shape[0]
     k = added(m)
     union_bits = jnp.concatenate(
         [jnp.repeat(strata, m, axis=0), jnp.repeat(strata, k + moved_in(c, m), axis=0)]
@@ -305,7 +306,7 @@ def refine(refiner: Refiner, z: np.ndarray, weights: np.ndarray, rounds: int) ->
         drop = objectives[-1] - float(value_new)
         if drop < GAP * se:  # what the gap promised, the round did not gain: the search has no better
             converged = True
-        if drop > 0 and information <= most_information:
+        if drop > 0 and within_information_bound(float(information), dim):
             z, w, g, se = np.asarray(z_new), np.asarray(w_new), g_new, se_new
             objectives.append(float(value_new))
         if converged:
