@@ -82,7 +82,9 @@ def prepare_release(
     with numpyro.validation_enabled(False):  # one pseudo-row: a mean over the rows has no sd (refused below)
         unconstrained = unconstrain_fn(model, (), {**fixed, **layout.example(1)}, first)
     reshaped = frozenset(k for k in checked if jnp.shape(unconstrained[k]) != checked[k].shape[1:])
-    weighted = WeightedModel(model, tuple(shapes), fixed, {k: unconstrained[k] for k in checked}, reshaped)
+    latent_example = {k: unconstrained[k] for k in checked}
+    priors = prior_sites(model, layout, fixed)
+    weighted = WeightedModel(model, tuple(shapes), fixed, latent_example, reshaped, priors)
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
     flat = np.flatnonzero(np.ptp(theta, axis=0) == 0)
     if len(flat):
@@ -390,9 +392,17 @@ def latent_shapes(
 ) -> dict[str, tuple[int, ...]]:
     """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
     (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
-    if not observed:
+    if not any(three[k] != four[k] for k in observed):
         raise ReconError(
-            "the model has no observed site for the free data; pass the data as the obs= of a site"
+            "the model has no observed site for the free data; pass the data as the obs= of a site "
+            "inside a numpyro.plate over the rows"
+            + (
+                f" (its observed site(s) {sorted(observed)} take no row of their own: a numpyro.factor "
+                "of a sum over all rows cannot be weighed row by row, give the factor one term per row "
+                "inside the plate)"
+                if observed
+                else ""
+            )
         )
     per_point = [k for k in three if k not in observed and three[k] != four[k]]
     if per_point:
@@ -403,6 +413,14 @@ def latent_shapes(
             "shared by all data points (or marginalise the per-point ones)."
         )
     return {k: shape for k, shape in three.items() if k not in observed}
+
+
+def prior_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> frozenset[str]:
+    """Observed sites whose shape does not follow the number of rows: terms of the prior, not of the
+    rows' likelihood (a ``numpyro.factor`` of the parameters alone, an observation of fixed data).
+    :func:`check_rows_exchangeable` refuses one that changes with the rows' values."""
+    (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
+    return frozenset(k for k in observed if three[k] == four[k])
 
 
 def free_shapes(free: Free) -> Shapes:
@@ -489,6 +507,15 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
     other = layout.probe(jax.random.PRNGKey(4), 5)
     differs = [j for j in range(5) if any(np.any(other[k][j] != v[4]) for k, v in data.items())]
     last_changed = {k: v.at[4].set(other[k][differs[0] if differs else 4]) for k, v in data.items()}
+    if weighted.prior_sites:
+        prior = jax.jit(jax.vmap(weighted.log_prior, in_axes=(0, None)))
+        if not np.allclose(prior(jnp.asarray(theta), data), prior(jnp.asarray(theta), other), rtol=1e-6):
+            raise ReconError(
+                f"the observed site(s) {sorted(weighted.prior_sites)} take no row of their own but "
+                "change with the data (a numpyro.factor of a sum over all rows, say): the attack weighs "
+                "rows one by one, so give such a term one entry per row inside the numpyro.plate over "
+                "the rows."
+            )
     try:
         loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
         before, after, beside = (

@@ -2,7 +2,8 @@
 
 Small effects do the work: the user's data arguments are replaced by pseudo-data (plain keyword
 arguments), :class:`weight_likelihood` scales every observed site's log-probability by the
-per-point weights, and :class:`relax_support` evaluates those log-probabilities without NumPyro's
+per-point weights (all but the prior's: a ``numpyro.factor`` of a prior term), and
+:class:`relax_support` evaluates those log-probabilities without NumPyro's
 support mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), and smooths the
 kink of an (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
 The log density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
@@ -45,16 +46,23 @@ Bandwidths = Mapping[str, Array]
 class weight_likelihood(Messenger):
     """Multiply the log-probability of every observed site by per-point weights.
 
-    Latent sites are untouched, so the prior stays the prior: with all weights one this is the
-    model's own posterior density, with all weights zero it is the prior.
+    Latent sites are untouched, and so are the observed sites named in ``prior_sites`` (terms that do not
+    take the rows), so the prior stays the prior: with all weights one this is the model's own
+    posterior density, with all weights zero it is the prior.
     """
 
-    def __init__(self, fn: Callable | None = None, weights: Array | None = None) -> None:
+    def __init__(
+        self,
+        fn: Callable | None = None,
+        weights: Array | None = None,
+        prior_sites: frozenset[str] = frozenset(),
+    ) -> None:
         self.weights = weights
+        self.prior_sites = prior_sites
         super().__init__(fn)
 
     def process_message(self, msg: dict[str, Any]) -> None:
-        if msg["type"] == "sample" and msg["is_observed"] and not _is_jacobian_factor(msg):
+        if _is_likelihood(msg, self.prior_sites):
             w = self.weights
             extra_dims = len(msg["fn"].batch_shape) - 1
             if extra_dims > 0 and jnp.ndim(w) == 1:  # the data-point axis is the leading batch axis
@@ -216,6 +224,16 @@ def unvalidated(fn: Any) -> Any:
     return copy
 
 
+def _is_likelihood(msg: dict[str, Any], prior_sites: frozenset[str]) -> bool:
+    """An observed site that is a term of the rows' likelihood: not a Jacobian factor, nor a prior site."""
+    return (
+        msg["type"] == "sample"
+        and bool(msg["is_observed"])
+        and not _is_jacobian_factor(msg)
+        and msg["name"] not in prior_sites
+    )
+
+
 def _is_jacobian_factor(msg: dict[str, Any]) -> bool:
     """The log-Jacobian of a latent site that ``potential_energy`` adds as ``factor("_<site>_log_det")``.
 
@@ -235,6 +253,8 @@ class WeightedModel:
     space, which fixes the flattening of θ (a simplex of K entries has K − 1 coordinates there, a 2 × 2
     correlation's Cholesky factor one; for other supports the shapes are the constrained ones).
     ``reshaped``: the latent sites whose unconstrained coordinates are not their entries (those two).
+    ``prior_sites``: observed sites that do not take the rows (a ``numpyro.factor`` of a prior term, an
+    observation of fixed data): part of the prior, never weighted.
     """
 
     model: Callable
@@ -242,6 +262,7 @@ class WeightedModel:
     fixed: Mapping[str, Any]
     latent_example: Mapping[str, Array]
     reshaped: frozenset[str] = frozenset()
+    prior_sites: frozenset[str] = frozenset()
 
     def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
         return {**self.fixed, **data}
@@ -272,7 +293,9 @@ class WeightedModel:
     ) -> Array:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
         smoothed by ``bandwidths``, if given)."""
-        weighted = weight_likelihood(relax_support(self.model, bandwidths), weights=weights)
+        weighted = weight_likelihood(
+            relax_support(self.model, bandwidths), weights=weights, prior_sites=self.prior_sites
+        )
         return -potential_energy(weighted, (), self._kwargs(data), self.unravel(theta))
 
     def log_prior(self, theta: Array, data: Mapping[str, Array]) -> Array:
@@ -280,19 +303,16 @@ class WeightedModel:
         the observed sites hidden, so that it is ``log_density(θ, x, w) − Σ_j w_j loglik_per_point(θ, x)_j``
         whatever the pseudo-data ``data`` (any points the model accepts)."""
 
-        def observed(msg: dict[str, Any]) -> bool:
-            return bool(msg.get("is_observed")) and not _is_jacobian_factor(msg)
-
-        prior = handlers.block(self.model, hide_fn=observed)
+        prior = handlers.block(self.model, hide_fn=lambda msg: _is_likelihood(msg, self.prior_sites))
         return -potential_energy(prior, (), self._kwargs(data), self.unravel(theta))
 
-    def _observed_sites(
+    def _likelihood_sites(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> list[dict[str, Any]]:
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
         relaxed = relax_support(handlers.substitute(self.model, params), bandwidths)
         trace = handlers.trace(relaxed).get_trace(**self._kwargs(data))
-        return [site for site in trace.values() if site["type"] == "sample" and site["is_observed"]]
+        return [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
 
     def loglik_per_point(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
@@ -301,7 +321,7 @@ class WeightedModel:
         smoothed by ``bandwidths``, if given)."""
         n = next(iter(data.values())).shape[0]
         total = jnp.zeros(n)
-        for site in self._observed_sites(theta, data, bandwidths):
+        for site in self._likelihood_sites(theta, data, bandwidths):
             lp = site["fn"].log_prob(site["value"])
             total = total + jnp.reshape(lp, (n, -1)).sum(axis=1)
         return total
@@ -309,7 +329,7 @@ class WeightedModel:
     def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
         """The standardised residual (:func:`kink_residual`) of every observed site with a kink (Laplace,
         asymmetric Laplace), each the site's batch shape, θ unconstrained flat; empty without such sites."""
-        sites = [(site, kinked_within(site["fn"])) for site in self._observed_sites(theta, data)]
+        sites = [(site, kinked_within(site["fn"])) for site in self._likelihood_sites(theta, data)]
         return {site["name"]: kink_residual(fn, site["value"]) for site, fn in sites if fn is not None}
 
     def point_scores(

@@ -634,3 +634,52 @@ def test_mass_on_points_the_release_cannot_see_is_measured():
     tail = {"x": np.concatenate([x, np.full(100, -25.0)]), "y": np.concatenate([y, np.zeros(100)])}
     padded = dataclasses.replace(result, measure=WeightedMeasure(tail, np.ones(300)))
     assert padded.unseen_mass == pytest.approx(1 / 3 + 2 / 3 * truth.unseen_mass)
+
+
+def test_a_prior_written_as_a_factor_stays_the_prior_and_a_factor_of_the_rows_is_refused():
+    """A numpyro.factor of the parameters alone (an ordered pair's prior, as Stan writes one) is a term of
+    the prior: never weighted, kept in log_prior. A factor outside the plate that sums the rows is not."""
+
+    def factored(y=None):
+        mu = numpyro.sample("mu", dist.ImproperUniform(constraints.ordered_vector, (), (2,)))
+        numpyro.factor("mu_prior", dist.Normal(0, 2).log_prob(mu).sum())
+        with numpyro.plate("rows", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu.sum(), 1.0), obs=y)
+
+    def sampled(y=None):
+        mu = numpyro.sample("mu", dist.ImproperUniform(constraints.ordered_vector, (), (2,)))
+        numpyro.sample("mu_prior", dist.Normal(0, 2).expand([2]).to_event(1), obs=mu)  # the same term
+        with numpyro.plate("rows", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu.sum(), 1.0), obs=y)
+
+    def rows_summed_aside(y=None):
+        mu = numpyro.sample("mu", dist.ImproperUniform(constraints.ordered_vector, (), (2,)))
+        numpyro.factor("spread", -jnp.var(y) * mu[1])
+        with numpyro.plate("rows", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu.sum(), 1.0), obs=y)
+
+    rng = np.random.default_rng(0)
+    draws = {"mu": np.sort(rng.normal(size=(50, 2)), axis=1)}
+    release = prepare_release(factored, draws, ["y"])
+    weighted = release.weighted_model
+    assert weighted.prior_sites == {"mu_prior"}
+    theta, y, w = (
+        jnp.asarray(release.theta[:3]),
+        {"y": jnp.asarray([0.5, -1.0, 2.0])},
+        jnp.asarray([3.0, 0.0, 1.5]),
+    )
+    one = jax.vmap(weighted.log_density, (0, None, None))(theta, y, w)
+    loglik = jax.vmap(weighted.loglik_per_point, (0, None))(theta, y)
+    prior = jax.vmap(weighted.log_prior, (0, None))(theta, y)
+    np.testing.assert_allclose(one, prior + loglik @ w, rtol=1e-6)
+    u = jax.vmap(weighted.unravel)(theta)["mu"]  # ordered: mu = (u0, u0 + exp(u1)), log Jacobian u1
+    mu = jnp.stack([u[:, 0], u[:, 0] + jnp.exp(u[:, 1])], axis=1)
+    by_hand = (
+        dist.Normal(0, 2).log_prob(mu).sum(-1) + dist.Normal(mu.sum(-1)[:, None], 1.0).log_prob(y["y"]) @ w
+    )
+    np.testing.assert_allclose(one, by_hand + u[:, 1], rtol=1e-6)
+    assert prepare_release(sampled, draws, ["y"]).weighted_model.prior_sites == {"mu_prior"}
+    with pytest.raises(
+        br.ReconError, match=r"\['spread'\] take no row of their own but change with the data"
+    ):
+        prepare_release(rows_summed_aside, draws, ["y"])
