@@ -90,7 +90,9 @@ def normal_model(y=None):
     numpyro.sample("y", dist.Normal(loc, scale), obs=y)
 
 
-def test_a_small_model_of_our_own_reproduces_its_nuts_draws_and_not_double_the_data():
+@pytest.fixture(scope="module")
+def small_release():
+    """A normal model's NUTS draws of 40 points, and the attack setup on them (round_trip needs no layout)."""
     y = jnp.asarray(np.random.default_rng(3).normal(2.0, 1.5, 40))
     mcmc = MCMC(NUTS(normal_model), num_warmup=500, num_samples=2000, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(1), y=y)
@@ -98,8 +100,11 @@ def test_a_small_model_of_our_own_reproduces_its_nuts_draws_and_not_double_the_d
     model = WeightedModel(normal_model, ("y",), {}, {k: v[0] for k, v in draws.items()})
     theta = jnp.asarray(model.to_unconstrained(draws, {"y": y}))
     coordinates = Coordinates.standardised(theta)
-    setup = AttackSetup(model, None, coordinates, coordinates.to_attack(theta))  # round_trip needs no layout
+    return AttackSetup(model, None, coordinates, coordinates.to_attack(theta)), y
 
+
+def test_a_small_model_of_our_own_reproduces_its_nuts_draws_and_not_double_the_data(small_release):
+    setup, y = small_release
     truth = round_trip(setup, {"y": y}, np.ones(40), SelfCheckConfig(seed=1))
     assert truth.reproduces, truth.reasons
     assert truth.names == ("loc", "scale")
@@ -111,6 +116,22 @@ def test_a_small_model_of_our_own_reproduces_its_nuts_draws_and_not_double_the_d
     np.testing.assert_allclose(doubled.sd_ratio, 1 / np.sqrt(2), rtol=0.12)  # twice the data: sd / √2
 
 
+def test_a_posterior_far_from_the_release_is_sampled_up_to_the_region_and_named(small_release):
+    """Data shifted by 30 (the loc's posterior sd is about 0.24): q lies ~125 sd away. NUTS stays within
+    the margin beyond the released draws' range, and the check says that q's mass lies out there."""
+    setup, y = small_release
+    far = round_trip(setup, {"y": y + 30.0}, np.ones(40), SelfCheckConfig(seed=1))
+    assert not far.reproduces
+    assert any(
+        r.endswith("the pseudo-data's posterior has mass where the release has none") for r in far.reasons
+    )
+    theta = np.asarray(setup.coordinates.to_model(setup.draws))
+    mean, sd = theta.mean(axis=0), theta.std(axis=0, ddof=1)
+    reach = np.maximum(theta.max(axis=0) - mean, mean - theta.min(axis=0)) / sd + 10.0  # the region's edge
+    assert np.all(np.abs(far.mean_shift) < reach + 1) and np.max(np.abs(far.mean_shift) - reach) > -2
+    # loc is pressed to its wall: it is not at its 125 sd
+
+
 def test_the_config_refuses_settings_that_cannot_work():
     with pytest.raises(br.ReconError, match="sd_ratio_range"):
         SelfCheckConfig(sd_ratio_range=(1.2, 0.8))
@@ -118,3 +139,7 @@ def test_the_config_refuses_settings_that_cannot_work():
         SelfCheckConfig(samples=1)
     with pytest.raises(br.ReconError, match="level"):
         SelfCheckConfig(level=1.0)
+    with pytest.raises(br.ReconError, match="margin"):
+        SelfCheckConfig(margin=0.0)
+    with pytest.raises(br.ReconError, match="max_outside"):
+        SelfCheckConfig(max_outside=1.5)
