@@ -2,16 +2,16 @@
 
 The synthetic suite (``bayes_general.py``) writes every family one way. A user's model differs in how it
 is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``,
-Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row, trials given per row (the same on
-every row, or varying), a Student-t whose degrees of freedom are sampled, a mixture without covariates,
-several classes, two responses per row (apart, or correlated in one multivariate normal), a mixture
-whose weights are a simplex, a regression of the noise's scale. Five cases take their data
-from posteriordb data sets that have no reference draws there (wells, GLM_Poisson, GLM_Binomial,
-low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others simulate
-their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500 warm-up
-steps, 1,000 draws; data and draws cached as ``.npz`` under ``results/bayes_styles_cache/``, delete a
-file to sample it again) and calls only ``br.reconstruct(model, draws, free=..., fixed=..., support=...,
-n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measure.weights``. It reports:
+Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row (and a prior as a factor), trials
+given per row (the same on every row, or varying), a Student-t whose degrees of freedom are sampled, a
+mixture without covariates, several classes, two responses per row (apart, or correlated in one
+multivariate normal), a mixture whose weights are a simplex, a regression of the noise's scale. Five
+cases take their data from posteriordb data sets that have no reference draws there (wells, GLM_Poisson,
+GLM_Binomial, low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others
+simulate their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500
+warm-up steps, 1,000 draws; data and draws cached as ``.npz`` under ``results/bayes_styles_cache/``,
+delete a file to sample it again) and calls only ``br.reconstruct(model, draws, free=..., fixed=...,
+support=..., n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measure.weights``. It reports:
 
 * the recovered N (Σ w) against the true N, with its standard error (``r.standard_errors``); where
   trials or an exposure differ by row, N counts their units and the truth is scored as those units
@@ -110,6 +110,15 @@ def mixture_factor(y=None):  # the same, as Stan writes it: log_mix in a factor 
     mu = numpyro.sample(
         "mu", dist.TransformedDistribution(dist.Normal(0, 2).expand([2]), dist.transforms.OrderedTransform())
     )
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
+    theta = numpyro.sample("theta", dist.Beta(5, 5))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.factor("loglik", log_mix(theta, mu, sigma, y))
+
+
+def mixture_prior_factor(y=None):  # Stan's `ordered[2] mu; mu ~ normal(0, 2);`: the prior as a factor
+    mu = numpyro.sample("mu", dist.ImproperUniform(constraints.ordered_vector, (), (2,)))
+    numpyro.factor("mu_prior", dist.Normal(0, 2).log_prob(mu).sum())
     sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
     theta = numpyro.sample("theta", dist.Beta(5, 5))
     with numpyro.plate("rows", y.shape[0]):
@@ -399,6 +408,7 @@ CASES = (
     Case("logistic-two-scales", logistic_scaled, _scaled, {"X": (2,), "y": ()}),
     Case("mixture-no-covariates", mixture_no_covariates, _mixture, ["y"]),
     Case("mixture-as-factor", mixture_factor, _mixture, ["y"]),
+    Case("mixture-prior-as-factor", mixture_prior_factor, _mixture, ["y"]),
     Case("design-matrix-counted", regression_counted, _counted, ["X", "y"]),
     Case("stan-style-N-K", stan_data_block, _stan, ["X", "y"], fixed=("N", "K")),
     Case("no-plate", no_plate, _no_plate, ["x", "y"]),
