@@ -133,8 +133,9 @@ class LatentGrowsWithRows(ReconError):
 def traced_sites(
     model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], n: int
 ) -> tuple[dict[str, tuple[int, ...]], set[str]]:
-    """The model's sample-site shapes and its observed sites on n pseudo-rows, traced abstractly (nothing
-    is compiled or run); ModelFailedOnShapes where the model fails on them."""
+    """The model's sample-site shapes on n pseudo-rows (a latent site's value's, an observed site's
+    log-probability's: a factor's value is empty whatever its batch) and its observed sites, traced
+    abstractly (nothing is compiled or run); ModelFailedOnShapes where the model fails on them."""
     data = layout.example(n)
     observed: set[str] = set()
 
@@ -144,9 +145,8 @@ def traced_sites(
         ).get_trace(**fixed, **data)
         sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
         observed.update(k for k, s in sites.items() if s["is_observed"])
-        for k in observed:  # a likelihood that cannot take these rows fails here, not at the first step
-            sites[k]["fn"].log_prob(sites[k]["value"])
-        return {k: s["value"] for k, s in sites.items()}
+        # a likelihood that cannot take these rows fails here, not at the first step
+        return {k: s["fn"].log_prob(s["value"]) if k in observed else s["value"] for k, s in sites.items()}
 
     try:
         shapes = jax.eval_shape(site_values)
@@ -392,7 +392,7 @@ def latent_shapes(
 ) -> dict[str, tuple[int, ...]]:
     """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
     (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
-    if not any(three[k] != four[k] for k in observed):
+    if observed <= _rowless(three, four, observed):
         raise ReconError(
             "the model has no observed site for the free data; pass the data as the obs= of a site "
             "inside a numpyro.plate over the rows"
@@ -420,7 +420,12 @@ def prior_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
     rows' likelihood (a ``numpyro.factor`` of the parameters alone, an observation of fixed data).
     :func:`check_rows_exchangeable` refuses one that changes with the rows' values."""
     (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
-    return frozenset(k for k in observed if three[k] == four[k])
+    return frozenset(_rowless(three, four, observed))
+
+
+def _rowless(three: Mapping[str, Any], four: Mapping[str, Any], observed: set[str]) -> set[str]:
+    """The observed sites whose log-probability has the same shape on 3 and 4 rows: no term per row."""
+    return {k for k in observed if three[k] == four[k]}
 
 
 def free_shapes(free: Free) -> Shapes:
@@ -507,20 +512,24 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
     other = layout.probe(jax.random.PRNGKey(4), 5)
     differs = [j for j in range(5) if any(np.any(other[k][j] != v[4]) for k, v in data.items())]
     last_changed = {k: v.at[4].set(other[k][differs[0] if differs else 4]) for k, v in data.items()}
-    if weighted.prior_sites:
-        prior = jax.jit(jax.vmap(weighted.log_prior, in_axes=(0, None)))
-        if not np.allclose(prior(jnp.asarray(theta), data), prior(jnp.asarray(theta), other), rtol=1e-6):
-            raise ReconError(
-                f"the observed site(s) {sorted(weighted.prior_sites)} take no row of their own but "
-                "change with the data (a numpyro.factor of a sum over all rows, say): the attack weighs "
-                "rows one by one, so give such a term one entry per row inside the numpyro.plate over "
-                "the rows."
-            )
+    fewer = layout.probe(jax.random.PRNGKey(5), 4)
     try:
+        if weighted.prior_sites:
+            prior = jax.jit(jax.vmap(weighted.log_prior_sites, in_axes=(0, None)))
+            at = [np.asarray(prior(jnp.asarray(theta), d)) for d in (data, other, fewer)]
+            if not all(np.allclose(a, at[0], rtol=1e-6, equal_nan=True) for a in at[1:]):
+                raise ReconError(
+                    f"the observed site(s) {sorted(weighted.prior_sites)} take no row of their own but "
+                    "change with the data or its number of rows (a numpyro.factor of a sum over all "
+                    "rows, or of N times a term): the attack weighs rows one by one, so give such a term "
+                    "one entry per row inside the numpyro.plate over the rows."
+                )
         loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
         before, after, beside = (
             np.asarray(loglik(jnp.asarray(theta), d)) for d in (data, shuffled, last_changed)
         )
+    except ReconError:
+        raise
     except Exception as err:  # shapes that only fit the true data's row count
         raise ReconError(
             f"the model cannot be evaluated row by row on 5 rows of pseudo-data ({err!r}); its "

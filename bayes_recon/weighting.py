@@ -2,7 +2,8 @@
 
 Small effects do the work: the user's data arguments are replaced by pseudo-data (plain keyword
 arguments), :class:`weight_likelihood` scales every observed site's log-probability by the
-per-point weights (all but the prior's: a ``numpyro.factor`` of a prior term), and
+per-point weights (all but the prior's: a ``numpyro.factor`` of the parameters alone, an observation
+of fixed data), and
 :class:`relax_support` evaluates those log-probabilities without NumPyro's
 support mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), and smooths the
 kink of an (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
@@ -44,7 +45,8 @@ Bandwidths = Mapping[str, Array]
 
 
 class weight_likelihood(Messenger):
-    """Multiply the log-probability of every observed site by per-point weights.
+    """Multiply the log-probability of every likelihood site (an observed site of the rows) by per-point
+    weights.
 
     Latent sites are untouched, and so are the observed sites named in ``prior_sites`` (terms that do not
     take the rows), so the prior stays the prior: with all weights one this is the model's own
@@ -254,7 +256,8 @@ class WeightedModel:
     correlation's Cholesky factor one; for other supports the shapes are the constrained ones).
     ``reshaped``: the latent sites whose unconstrained coordinates are not their entries (those two).
     ``prior_sites``: observed sites that do not take the rows (a ``numpyro.factor`` of a prior term, an
-    observation of fixed data): part of the prior, never weighted.
+    observation of fixed data): part of the prior, never weighted. Only
+    :func:`bayes_recon.modelcheck.prepare_release` finds them; left empty, every observed site is the rows'.
     """
 
     model: Callable
@@ -300,11 +303,22 @@ class WeightedModel:
 
     def log_prior(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """Unconstrained log density of the prior alone at the flat vector ``theta``: ``log_density`` with
-        the observed sites hidden, so that it is ``log_density(θ, x, w) − Σ_j w_j loglik_per_point(θ, x)_j``
+        the likelihood sites hidden, so that it is ``log_density(θ, x, w) − Σ_j w_j loglik_per_point(θ, x)_j``
         whatever the pseudo-data ``data`` (any points the model accepts)."""
 
-        prior = handlers.block(self.model, hide_fn=lambda msg: _is_likelihood(msg, self.prior_sites))
+        prior = handlers.block(
+            relax_support(self.model), hide_fn=lambda msg: _is_likelihood(msg, self.prior_sites)
+        )
         return -potential_energy(prior, (), self._kwargs(data), self.unravel(theta))
+
+    def log_prior_sites(self, theta: Array, data: Mapping[str, Array]) -> Array:
+        """The sum of the :attr:`prior_sites`' log-probabilities at the flat vector ``theta``."""
+        params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
+        trace = handlers.trace(relax_support(handlers.substitute(self.model, params))).get_trace(
+            **self._kwargs(data)
+        )
+        terms = [jnp.sum(trace[k]["fn"].log_prob(trace[k]["value"])) for k in self.prior_sites]
+        return sum(terms, jnp.zeros(()))
 
     def _likelihood_sites(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
@@ -317,7 +331,7 @@ class WeightedModel:
     def loglik_per_point(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> Array:
-        """log p(x_j | θ) for every point j (summed over observed sites), θ unconstrained flat (kinks
+        """log p(x_j | θ) for every point j (summed over the likelihood sites), θ unconstrained flat (kinks
         smoothed by ``bandwidths``, if given)."""
         n = next(iter(data.values())).shape[0]
         total = jnp.zeros(n)
@@ -327,7 +341,7 @@ class WeightedModel:
         return total
 
     def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
-        """The standardised residual (:func:`kink_residual`) of every observed site with a kink (Laplace,
+        """The standardised residual (:func:`kink_residual`) of every likelihood site with a kink (Laplace,
         asymmetric Laplace), each the site's batch shape, θ unconstrained flat; empty without such sites."""
         sites = [(site, kinked_within(site["fn"])) for site in self._likelihood_sites(theta, data)]
         return {site["name"]: kink_residual(fn, site["value"]) for site, fn in sites if fn is not None}

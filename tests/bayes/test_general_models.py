@@ -658,8 +658,31 @@ def test_a_prior_written_as_a_factor_stays_the_prior_and_a_factor_of_the_rows_is
         with numpyro.plate("rows", y.shape[0]):
             numpyro.sample("y", dist.Normal(mu.sum(), 1.0), obs=y)
 
+    def times_rows(y=None):  # Stan's target += -N * log(2): a term of the number of rows
+        mu = numpyro.sample("mu", dist.ImproperUniform(constraints.ordered_vector, (), (2,)))
+        numpyro.factor("per_row", -y.shape[0] * jnp.log(2.0) - mu[1])
+        with numpyro.plate("rows", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu.sum(), 1.0), obs=y)
+
+    def constant_in_plate(y=None):  # a factor with no value of its own inside the plate: one per row
+        mu = numpyro.sample("mu", dist.ImproperUniform(constraints.ordered_vector, (), (2,)))
+        with numpyro.plate("rows", y.shape[0]):
+            numpyro.factor("norm", -mu[1])
+            numpyro.sample("y", dist.Normal(mu.sum(), 1.0), obs=y)
+
     rng = np.random.default_rng(0)
     draws = {"mu": np.sort(rng.normal(size=(50, 2)), axis=1)}
+    inside = prepare_release(constant_in_plate, draws, ["y"]).weighted_model
+    assert inside.prior_sites == frozenset()
+    theta, two = jnp.asarray(draws["mu"][:1]), {"y": jnp.asarray([0.5, -1.0])}
+    theta = jnp.asarray(inside.to_unconstrained(draws, two)[:1])
+    rows = jax.vmap(inside.loglik_per_point, (0, None))(theta, two)[0]
+    mu1 = draws["mu"][0, 1]
+    np.testing.assert_allclose(
+        rows, dist.Normal(draws["mu"][0].sum(), 1.0).log_prob(two["y"]) - mu1, rtol=1e-6
+    )
+    with pytest.raises(br.ReconError, match=r"\['per_row'\] take no row of their own but change"):
+        prepare_release(times_rows, draws, ["y"])
     release = prepare_release(factored, draws, ["y"])
     weighted = release.weighted_model
     assert weighted.prior_sites == {"mu_prior"}
