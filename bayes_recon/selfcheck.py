@@ -15,7 +15,7 @@ Regression posteriors are strongly correlated in θ (kidiq's intercept and slope
 NUTS is kept to a region: ``margin`` (10) posterior sd beyond the released draws' range in every
 coordinate, by a quadratic wall outside it. Beyond it lies nothing the release can speak to, and
 something a few heavy points can make improper: a normal mixture's component collapsing onto one point
-of weight w has density σ^(2−w) as σ → 0, integrable for the true data (w = 1), not for w > 2. On a
+of weight w has density σ^(2−w) as σ → 0, integrable for the true data (w = 1), not for w ≥ 2. On a
 two-component mixture of 1,000 points (M = 50) an unrestricted chain went 53 sd down that spike. A
 share of draws beyond the region (over ``max_outside``) is a failure of its own: q has mass where the
 release has none.
@@ -74,7 +74,7 @@ class SelfCheckConfig:
     MMD²'s critical value is ``slack`` times the ``level`` quantile of the statistic over ``splits``
     random halvings of the released draws. ``max_divergent``: the largest share of divergent NUTS
     transitions (after warm-up) whose draws are still trusted. ``margin``: how far, in posterior sd,
-    beyond the released draws' range in each coordinate NUTS may go (see :func:`round_trip`);
+    beyond the released draws' range in each coordinate NUTS may go (see the module's docstring);
     ``max_outside``: the largest share of its draws that may lie there.
     """
 
@@ -122,7 +122,8 @@ class SelfCheckConfig:
 class SelfCheck:
     """The verdict, the comparisons behind it (per unconstrained coordinate ``names``), and why it failed.
 
-    When NUTS could not sample the weighted posterior the comparisons are NaN.
+    When NUTS could not sample the weighted posterior the comparisons are NaN. NUTS is kept within
+    ``margin`` sd beyond the released draws, so a mean shift far out reads as about that distance.
     """
 
     reproduces: bool
