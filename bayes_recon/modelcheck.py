@@ -416,9 +416,9 @@ def latent_shapes(
 
 
 def prior_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> frozenset[str]:
-    """Observed sites whose shape does not follow the number of rows: terms of the prior, not of the
-    rows' likelihood (a ``numpyro.factor`` of the parameters alone, an observation of fixed data).
-    :func:`check_rows_exchangeable` refuses one that changes with the rows' values."""
+    """Observed sites whose log-probability's shape does not follow the number of rows: terms of the
+    prior, not of the rows' likelihood (a ``numpyro.factor`` of the parameters alone, an observation of
+    fixed data). :func:`check_rows_exchangeable` refuses one that changes with the rows' values or number."""
     (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
     return frozenset(_rowless(three, four, observed))
 

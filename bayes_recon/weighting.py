@@ -3,10 +3,9 @@
 Small effects do the work: the user's data arguments are replaced by pseudo-data (plain keyword
 arguments), :class:`weight_likelihood` scales every observed site's log-probability by the
 per-point weights (all but the prior's: a ``numpyro.factor`` of the parameters alone, an observation
-of fixed data), and
-:class:`relax_support` evaluates those log-probabilities without NumPyro's
-support mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), and smooths the
-kink of an (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
+of fixed data), and :class:`relax_support` evaluates those log-probabilities without NumPyro's support
+mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), and smooths the kink of an
+(asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
 The log density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
 plain functions of ``(vector, pseudo-data, weights)``.
 """
@@ -313,19 +312,22 @@ class WeightedModel:
 
     def log_prior_sites(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """The sum of the :attr:`prior_sites`' log-probabilities at the flat vector ``theta``."""
-        params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
-        trace = handlers.trace(relax_support(handlers.substitute(self.model, params))).get_trace(
-            **self._kwargs(data)
-        )
+        trace = self._trace(theta, data)
         terms = [jnp.sum(trace[k]["fn"].log_prob(trace[k]["value"])) for k in self.prior_sites]
         return sum(terms, jnp.zeros(()))
+
+    def _trace(
+        self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
+    ) -> dict[str, Any]:
+        """The model's trace at the flat vector ``theta`` on ``data``, supports relaxed."""
+        params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
+        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths)
+        return handlers.trace(relaxed).get_trace(**self._kwargs(data))
 
     def _likelihood_sites(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> list[dict[str, Any]]:
-        params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
-        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths)
-        trace = handlers.trace(relaxed).get_trace(**self._kwargs(data))
+        trace = self._trace(theta, data, bandwidths)
         return [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
 
     def loglik_per_point(
