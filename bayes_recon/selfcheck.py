@@ -53,6 +53,7 @@ from numpyro.infer import NUTS
 
 from bayes_recon.divergence import Coordinates
 from bayes_recon.precision import attack_numerics
+from bayes_recon.supports import counts_on_integers
 from recon_core.errors import ReconError
 
 if TYPE_CHECKING:
@@ -168,8 +169,12 @@ def round_trip(
     points: Mapping[str, np.ndarray],
     weights: np.ndarray,
     config: SelfCheckConfig | None = None,
+    on_integers: bool = True,
 ) -> SelfCheck:
     """Sample the posterior of the weighted pseudo-data ``points``, ``weights``; compare it with the release.
+    With ``on_integers``, relaxed counts are first split between their floor and ceiling
+    (:func:`counts_on_integers`): the posterior checked is that of a data set, not of counts between the
+    integers. Without, the relaxed measure's own (the attack's gate for its rounds, which optimise it).
 
     ``setup``: the attack's :class:`~bayes_recon.reconstruct.AttackSetup` (its weighted model,
     coordinates and draws). Never raises because the weighted posterior is improper or NUTS fails:
@@ -184,6 +189,10 @@ def round_trip(
         )
     names = setup.weighted_model.coordinate_names
     release = Coordinates.standardised(jnp.asarray(theta_p))
+    n_points = len(weights)
+    if on_integers and setup.layout is not None:
+        model, fixed = setup.weighted_model.model, setup.weighted_model.fixed
+        points, weights = counts_on_integers(model, setup.layout, fixed, points, weights)
     data = {k: jnp.asarray(v) for k, v in points.items()}
     w = jnp.asarray(weights, dtype=float)
 
@@ -242,9 +251,9 @@ def round_trip(
             "the weighted posterior is too irregular for its draws to be trusted"
         )
     dim = setup.layout.dim if setup.layout is not None else 0
-    if reasons and len(w) <= dim:  # diamonds-diamonds at M = 10: 25 coordinates, mass 63 of 5,000
+    if reasons and n_points <= dim:  # diamonds-diamonds at M = 10: 25 coordinates, mass 63 of 5,000
         reasons.append(
-            f"{len(w)} pseudo-points cannot spread in all {dim} continuous data coordinates (a covariance "
+            f"{n_points} pseudo-points cannot spread in all {dim} continuous data coordinates (a covariance "
             f"of rank below {dim}): try n_points (--points) of at least {dim + 1}"
         )
     return SelfCheck(not reasons, mean_shift, sd_ratio, statistic, critical, names, tuple(reasons))
