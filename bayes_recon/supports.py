@@ -200,10 +200,11 @@ def counts_on_integers(
     points: Mapping[str, np.ndarray],
     weights: np.ndarray,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The measure with every relaxed count (one per row) split between ⌊y⌋ and ⌊y⌋ + 1, with weights
-    w·(1 − (y − ⌊y⌋)) and w·(y − ⌊y⌋) (an integer keeps all of w): a data set's values, with the same
-    mass and every Σ w·y·f(x). A Poisson count's features are linear in y, so its measure is unchanged; a zero-inflated or negative
-    binomial count's are not, and a measure that leans on values between the integers shows it here."""
+    """The measure with every relaxed count (one per row) split between ⌊y⌋ and ⌊y⌋ + 1, with weights w·(1
+    − (y − ⌊y⌋)) and w·(y − ⌊y⌋) (an integer keeps all of w): a data set's values, with the same mass and
+    every Σ w·y·f(x). A Poisson count's features are linear in y, so its measure is unchanged; a zero-
+    inflated or negative binomial count's are not, and a measure that leans on values between the integers
+    shows it here."""
     points, weights = {k: np.asarray(v) for k, v in points.items()}, np.asarray(weights, dtype=float)
     for column in relaxed_counts(model, layout, fixed):
         low = np.floor(points[column])
