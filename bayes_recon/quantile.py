@@ -103,8 +103,8 @@ def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
     the count's parameters, so the stages can differentiate the predicted responses twice.
 
     A zero-inflated count puts its gate's share exactly at 0 and the rest through its base count's
-    stand-in: the lognormal of the mixture's mean and variance has no atom, and the gate is seen only
-    at the counts within a fraction of 0 (:class:`bayes_recon.weighting.relax_support`).
+    stand-in: the lognormal of the mixture's mean and variance has no atom, and the gate's atom is the
+    likelihood's only at 0 (between 0 and 1 it is interpolated: :func:`bayes_recon.weighting.between_counts`).
     """
     if isinstance(fn, ZeroInflatedProbs):
         gate = jnp.broadcast_to(fn.gate, u.shape)

@@ -58,7 +58,6 @@ from bayes_recon.refine import build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
 from bayes_recon.standard_errors import Sandwich, build_sandwich, moment_errors, statistic_covariance
-from bayes_recon.supports import relaxed_counts
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
@@ -580,9 +579,8 @@ def reconstruct(
     if refining:
         refined = None if store is None else store.load(total_rounds)
         if refined is None:
-            gate = round_trip(setup, measure.points, measure.weights, on_integers=False)
-            # the verdict read by the user is on integer counts (SelfCheck); the same where none is relaxed
-            checked = None if relaxed_counts(weighted.model, layout, weighted.fixed) else (measure, gate)
+            gate = round_trip(setup, measure.points, measure.weights)
+            checked = measure, gate
             refined = {"stages_reproduce": np.asarray(True)}
             start = layout.unconstrain({k: jnp.asarray(v) for k, v in measure.points.items()})
             if not gate.reproduces and np.all(np.isfinite(start)):  # a saturated point has no coordinates

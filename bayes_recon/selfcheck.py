@@ -53,7 +53,6 @@ from numpyro.infer import NUTS
 
 from bayes_recon.divergence import Coordinates
 from bayes_recon.precision import attack_numerics
-from bayes_recon.supports import counts_on_integers
 from recon_core.errors import ReconError
 
 if TYPE_CHECKING:
@@ -169,12 +168,10 @@ def round_trip(
     points: Mapping[str, np.ndarray],
     weights: np.ndarray,
     config: SelfCheckConfig | None = None,
-    on_integers: bool = True,
 ) -> SelfCheck:
     """Sample the posterior of the weighted pseudo-data ``points``, ``weights``; compare it with the release.
-    With ``on_integers``, relaxed counts are first split between their floor and ceiling
-    (:func:`counts_on_integers`): the posterior checked is that of a data set, not of counts between the
-    integers. Without, the relaxed measure's own (the attack's gate for its rounds, which optimise it).
+    A relaxed count's posterior is that of a data set, its count split between the integers around it
+    (:func:`bayes_recon.weighting.between_counts`).
 
     ``setup``: the attack's :class:`~bayes_recon.reconstruct.AttackSetup` (its weighted model,
     coordinates and draws). Never raises because the weighted posterior is improper or NUTS fails:
@@ -190,9 +187,6 @@ def round_trip(
     names = setup.weighted_model.coordinate_names
     release = Coordinates.standardised(jnp.asarray(theta_p))
     n_points = len(weights)
-    if on_integers and setup.layout is not None:
-        model, fixed = setup.weighted_model.model, setup.weighted_model.fixed
-        points, weights = counts_on_integers(model, setup.layout, fixed, points, weights)
     data = {k: jnp.asarray(v) for k, v in points.items()}
     w = jnp.asarray(weights, dtype=float)
 

@@ -181,35 +181,3 @@ def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.n
                 f"in (0, 1) or in an interval, say so: support={{{column!r}: constraints.positive}} "
                 "(command line: --support COLUMN=positive)."
             )
-
-
-def relaxed_counts(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> list[str]:
-    """The free columns that are counts (one per row) relaxed to the reals by the attack."""
-    found = observed_columns(model, layout.shapes, fixed, layout.supports)
-    return [
-        c
-        for c, support in found.items()
-        if support.is_discrete and not pseudo.is_discrete(layout.support(c)) and layout.shapes[c] == ()
-    ]
-
-
-def counts_on_integers(
-    model: Callable,
-    layout: pseudo.Layout,
-    fixed: Mapping[str, Any],
-    points: Mapping[str, np.ndarray],
-    weights: np.ndarray,
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The measure with every relaxed count (one per row) split between ⌊y⌋ and ⌊y⌋ + 1, with weights w·(1
-    − (y − ⌊y⌋)) and w·(y − ⌊y⌋) (an integer keeps all of w): a data set's values, with the same mass and
-    every Σ w·y·f(x). A Poisson count's features are linear in y, so its measure is unchanged; a zero-
-    inflated or negative binomial count's are not, and a measure that leans on values between the integers
-    shows it here."""
-    points, weights = {k: np.asarray(v) for k, v in points.items()}, np.asarray(weights, dtype=float)
-    for column in relaxed_counts(model, layout, fixed):
-        low = np.floor(points[column])
-        up = points[column] - low
-        points = {k: np.concatenate([v, v]) for k, v in points.items()}
-        points[column] = np.concatenate([low, low + 1])
-        weights = np.concatenate([weights * (1 - up), weights * up])
-    return points, weights

@@ -13,7 +13,7 @@ from numpyro import handlers
 from numpyro.infer.util import potential_energy
 
 from bayes_recon.models import regression as m
-from bayes_recon.weighting import WeightedModel, unvalidated, weight_likelihood
+from bayes_recon.weighting import WeightedModel, between_counts, unvalidated, weight_likelihood
 
 RNG = np.random.default_rng(20240501)
 
@@ -203,23 +203,32 @@ def test_log_density_is_differentiable_in_everything():
 
 
 @pytest.mark.parametrize(
-    ("zero_inflated", "atol"),
+    ("count", "atol"),
     [
         (dist.ZeroInflatedPoisson(0.3, 2.5), 1e-12),
         # NumPyro's negative binomial goes through JAX's betaln, 1e-6 off (see the next test)
         (dist.ZeroInflatedDistribution(dist.NegativeBinomial2(3.0, 2.0), gate_logits=-0.4), 2e-6),
+        (dist.NegativeBinomial2(3.0, 2.0), 2e-6),
+        (dist.Binomial(40, 0.3), 1e-12),
     ],
 )
-def test_a_zero_inflated_count_relaxes_to_its_own_formula_at_every_count(zero_inflated, atol):
-    """The atom at zero stays in reach of a pseudo-count that is never exactly 0: between the counts
-    the relaxation is smooth, and at them it is the model's log-probability."""
-    relaxed = unvalidated(zero_inflated)
+def test_a_count_relaxes_to_its_own_log_probability_at_the_counts_and_is_interpolated_between(count, atol):
+    """At every count the model's own log-probability; between two counts the straight line joining them
+    (a pseudo-count is two data rows), with the slope as its derivative, and beyond the support the line
+    through its first two counts; categorical labels untouched."""
+    relaxed = between_counts(unvalidated(count))
     counts = jnp.arange(0.0, 12.0)
-    np.testing.assert_allclose(relaxed.log_prob(counts), zero_inflated.log_prob(counts), atol=atol)
-    near_zero = relaxed.log_prob(jnp.asarray(1e-4))
-    np.testing.assert_allclose(near_zero, zero_inflated.log_prob(jnp.asarray(0.0)), atol=1e-3)
-    between = jnp.linspace(0.05, 11.95, 50)
-    assert np.all(np.isfinite(jax.vmap(jax.grad(relaxed.log_prob))(between)))
+    np.testing.assert_allclose(relaxed.log_prob(counts), count.log_prob(counts), atol=atol)
+    low, up = jnp.floor(jnp.linspace(0.05, 10.95, 50)), jnp.linspace(0.05, 10.95, 50) % 1.0
+    line = (1 - up) * count.log_prob(low) + up * count.log_prob(low + 1)
+    np.testing.assert_allclose(relaxed.log_prob(low + up), line, atol=atol, rtol=1e-6)
+    slope = jax.vmap(jax.grad(relaxed.log_prob))(low + up)
+    rise = count.log_prob(low + 1) - count.log_prob(low)
+    np.testing.assert_allclose(slope, rise, atol=10 * atol, rtol=1e-5)
+    below = relaxed.log_prob(jnp.asarray(-0.5))  # off the support (a column declared real): the line goes on
+    np.testing.assert_allclose(below, 1.5 * count.log_prob(0.0) - 0.5 * count.log_prob(1.0), rtol=1e-6)
+    labels = dist.Categorical(probs=jnp.array([0.2, 0.5, 0.3]))
+    np.testing.assert_allclose(between_counts(labels).log_prob(jnp.arange(3)), jnp.log(labels.probs))
 
 
 def test_a_negative_binomial_is_evaluated_by_log_gammas_to_scipys_precision():
