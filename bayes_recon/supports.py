@@ -9,10 +9,9 @@ distribution, and the pseudo-data must live there:
   count whose exposure varies by row as units of exposure (:func:`bayes_recon.modelcheck.check_units`);
 * counts (``nonnegative_integer``: Poisson, negative binomial, zero-inflated counts; a large
   ``integer_interval``) — a continuous relaxation: the pseudo-counts move over the positive reals
-  (or the interval) and the model's log-probability formula is evaluated there without NumPyro's
-  support mask (:class:`bayes_recon.weighting.relax_support`). At the integers it is the model's
-  own log-likelihood, and a count enters a GLM's likelihood only through the sums Σ y·f(x) that
-  the relaxation reaches;
+  (or the interval), where the model's log-probability is interpolated between the integers
+  (:func:`bayes_recon.weighting.between_counts`): at the integers it is the model's own
+  log-likelihood, and a pseudo-count is two data rows, the integers either side of it;
 * continuous (positive: Gamma, LogNormal; unit interval: Beta; real) — NumPyro's bijections.
 
 Covariates have no distribution in the model; they take ``support=`` (default real), and a

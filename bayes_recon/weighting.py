@@ -4,7 +4,8 @@ Small effects do the work: the user's data arguments are replaced by pseudo-data
 arguments), :class:`weight_likelihood` scales every observed site's log-probability by the
 per-point weights (all but the prior's: a ``numpyro.factor`` of the parameters alone, an observation
 of fixed data), and :class:`relax_support` evaluates those log-probabilities without NumPyro's support
-mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), and smooths the kink of an
+mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), interpolates a count's
+between the integers (:func:`between_counts`), and smooths the kink of an
 (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
 The log density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
 plain functions of ``(vector, pseudo-data, weights)``.
@@ -73,7 +74,7 @@ class weight_likelihood(Messenger):
 
 
 class relax_support(Messenger):
-    """Evaluate observed sites' log-probabilities by their formula, without the support mask.
+    """Evaluate observed sites' log-probabilities without the support mask, counts between the integers.
 
     NumPyro validates supports by default: ``log_prob`` of an out-of-support value is −∞, and its
     gradient in θ is exactly zero, so a pseudo-count at 2.5 would silently drop out of the
@@ -203,21 +204,35 @@ def between_counts(fn: Any) -> Any:
     linear in y, so at M = 50 the attack's pseudo-counts reached features no data set has and fit the
     draws' Monte Carlo noise (a zero-inflated Poisson, N = 200: Σ y 2,222 against 384, below the true
     data's objective). A Poisson's or binomial's features are linear in y, and for them nothing changes
-    but a term free of θ. The gradient in y is log p(⌊y⌋ + 1) − log p(⌊y⌋). Off the support (a count
-    column declared real, :mod:`bayes_recon.leaks`) the line through the two nearest counts is
-    extended. Labels and 0/1 values of the stratified columns (integers, or the boolean support) are
-    evaluated as they are.
+    but a term free of θ. The gradient in y is log p(⌊y⌋ + 1) − log p(⌊y⌋), at a count too (to the
+    right; at the support's upper end, to the left), so a pseudo-count sitting on an integer still
+    moves, and the audit's slopes in y (:mod:`bayes_recon.identifiability`) see a Binomial(1) at 0.
+    Off the support (a count column declared real, :mod:`bayes_recon.leaks`) the line through the
+    two nearest counts is extended. Labels and 0/1 values of the stratified columns (integers, or the
+    boolean support) are evaluated as they are; a vector of counts (``.to_event``) per count.
     """
+    if isinstance(fn, (Independent, MaskedDistribution)) and fn.event_shape != ():
+        copy = object.__new__(type(fn))
+        copy.__dict__.update(fn.__dict__)
+        copy.base_dist = between_counts(fn.base_dist)
+        return copy
+    support = getattr(fn, "support", None)
     if not (
         isinstance(fn, Distribution)
-        and fn.support.is_discrete
-        and fn.support is not constraints.boolean
+        and support is not None
+        and support.is_discrete
+        and support is not constraints.boolean
         and fn.event_shape == ()
     ):
         return fn
     copy = object.__new__(_between_counts_kind(type(fn)))
     copy.__dict__.update(fn.__dict__)
     return copy
+
+
+# A count of probability 0 beside one of positive probability (a rate that underflowed to 0) makes the
+# slope between them infinite: it is held at this steepness, so that the value is never 0·(−∞).
+STEEPEST_SLOPE = 1e8
 
 
 @functools.cache
@@ -232,10 +247,12 @@ def _between_counts_kind(kind: type) -> type:
         # off the support (a column declared real) the line through the nearest two counts goes on
         low = jnp.maximum(jnp.minimum(jnp.floor(value), upper - 1), lower)
         up = value - low
-        # one evaluation at both counts (half the program to compile); at a count the second is the
-        # count's own again, at weight 0: never past the support's end (a binomial of no trials)
-        at_low, at_next = own(jnp.stack([low, low + (up != 0)]))
-        return (1.0 - up) * at_low + up * at_next
+        # one evaluation at both counts (half the program to compile); a support of one count (a
+        # binomial of no trials) has no next
+        at_low, at_next = own(jnp.stack([low, low + (upper - lower >= 1)]))
+        slope = jnp.clip(jnp.nan_to_num(at_next - at_low, nan=0.0), -STEEPEST_SLOPE, STEEPEST_SLOPE)
+        # from the nearer count: each count's own value exactly, even beside an impossible one
+        return jnp.where(up <= 0.5, at_low + up * slope, at_next - (1.0 - up) * slope)
 
     return type(f"Between{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
 

@@ -231,6 +231,28 @@ def test_a_count_relaxes_to_its_own_log_probability_at_the_counts_and_is_interpo
     np.testing.assert_allclose(between_counts(labels).log_prob(jnp.arange(3)), jnp.log(labels.probs))
 
 
+def test_a_relaxed_count_moves_from_an_integer_never_turns_impossible_counts_into_nan_and_reaches_vectors():
+    """The slope in y at a count is the next count's rise (a pseudo-count on an integer still moves; the
+    audit's slope of a Binomial(1) at 0 is its logit); a count beside one of probability 0 keeps its own
+    value, not 0·(−∞); counts in a vector event (``.to_event``) are interpolated one by one."""
+    poisson = between_counts(unvalidated(dist.Poisson(3.0)))
+    assert float(jax.grad(poisson.log_prob)(1.0)) == pytest.approx(float(jnp.log(1.5)))
+    assert float(jax.grad(poisson.log_prob)(0.0)) == pytest.approx(float(jnp.log(3.0)))
+    single = between_counts(unvalidated(dist.Binomial(1, logits=0.3)))
+    assert float(jax.grad(single.log_prob)(0.0)) == pytest.approx(0.3)
+    assert float(jax.grad(single.log_prob)(1.0)) == pytest.approx(0.3)
+    nothing = between_counts(unvalidated(dist.Poisson(0.0)))
+    assert float(nothing.log_prob(0.0)) == pytest.approx(0.0) and float(nothing.log_prob(2.0)) == -np.inf
+    certain = between_counts(unvalidated(dist.Binomial(5, probs=1.0)))
+    assert float(certain.log_prob(5.0)) == pytest.approx(0.0)
+    inflated = dist.ZeroInflatedPoisson(jnp.full(2, 0.5), jnp.full(2, 3.0))
+    vector = between_counts(unvalidated(inflated.to_event(1)))
+    one_by_one = between_counts(unvalidated(inflated))
+    values = jnp.array([1e-6, 2.5])
+    assert float(vector.log_prob(values)) == pytest.approx(float(one_by_one.log_prob(values).sum()))
+    assert float(vector.log_prob(jnp.zeros(2))) == pytest.approx(float(vector.log_prob(1e-9 * jnp.ones(2))))
+
+
 def test_a_negative_binomial_is_evaluated_by_log_gammas_to_scipys_precision():
     """The relaxed negative binomial is the model's own at every count, within 1e-9 of SciPy's log pmf
     (JAX's ``betaln``, which NumPyro's formula uses, is up to 1e-6 off there), and smooth between."""
