@@ -231,7 +231,7 @@ def between_counts(fn: Any) -> Any:
 
 
 # A count of probability 0 beside one of positive probability (a rate that underflowed to 0) makes the
-# slope between them infinite: it is held at this steepness, so that the value is never 0·(−∞).
+# slope between them infinite: it is this steep fall instead, so that a count's value is never 0·(−∞).
 STEEPEST_SLOPE = 1e8
 
 
@@ -250,9 +250,11 @@ def _between_counts_kind(kind: type) -> type:
         # one evaluation at both counts (half the program to compile); a support of one count (a
         # binomial of no trials) has no next
         at_low, at_next = own(jnp.stack([low, low + (upper - lower >= 1)]))
-        slope = jnp.clip(jnp.nan_to_num(at_next - at_low, nan=0.0), -STEEPEST_SLOPE, STEEPEST_SLOPE)
-        # from the nearer count: each count's own value exactly, even beside an impossible one
-        return jnp.where(up <= 0.5, at_low + up * slope, at_next - (1.0 - up) * slope)
+        rise = at_next - at_low
+        # The attack differentiates this four times, and every guard costs: a negative binomial's attack
+        # (N = 100, three covariates, M = 50) took 118 s unguarded (NaN beside an impossible count),
+        # 140 s with this one select, 156 s with a clip and a choice of the nearer count.
+        return at_low + up * jnp.where(jnp.isfinite(rise), rise, -STEEPEST_SLOPE)
 
     return type(f"Between{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
 
