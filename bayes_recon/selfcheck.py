@@ -186,7 +186,6 @@ def round_trip(
         )
     names = setup.weighted_model.coordinate_names
     release = Coordinates.standardised(jnp.asarray(theta_p))
-    n_points = len(weights)
     data = {k: jnp.asarray(v) for k, v in points.items()}
     w = jnp.asarray(weights, dtype=float)
 
@@ -245,9 +244,9 @@ def round_trip(
             "the weighted posterior is too irregular for its draws to be trusted"
         )
     dim = setup.layout.dim if setup.layout is not None else 0
-    if reasons and n_points <= dim:  # diamonds-diamonds at M = 10: 25 coordinates, mass 63 of 5,000
+    if reasons and len(w) <= dim:  # diamonds-diamonds at M = 10: 25 coordinates, mass 63 of 5,000
         reasons.append(
-            f"{n_points} pseudo-points cannot spread in all {dim} continuous data coordinates (a covariance "
+            f"{len(w)} pseudo-points cannot spread in all {dim} continuous data coordinates (a covariance "
             f"of rank below {dim}): try n_points (--points) of at least {dim + 1}"
         )
     return SelfCheck(not reasons, mean_shift, sd_ratio, statistic, critical, names, tuple(reasons))
