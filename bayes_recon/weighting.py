@@ -162,8 +162,7 @@ def kink_residual(fn: Kinked, value: Array) -> Array:
 
 def _smoothed(fn: Distribution, bandwidth: Array) -> Distribution:
     """A copy of ``fn`` with its kinked distribution (:func:`kinked_within`) smoothed by ``bandwidth``."""
-    copy = object.__new__(_SMOOTHED.get(type(fn), type(fn)))
-    copy.__dict__.update(fn.__dict__)
+    copy = _copied_as(_SMOOTHED.get(type(fn), type(fn)), fn)
     if type(fn) in _SMOOTHED:
         copy.bandwidth = bandwidth
     elif isinstance(fn, AsymmetricLaplaceQuantile):  # it evaluates an AsymmetricLaplace it holds
@@ -212,8 +211,7 @@ def between_counts(fn: Any) -> Any:
     boolean support) are evaluated as they are; a vector of counts (``.to_event``) per count.
     """
     if isinstance(fn, (Independent, MaskedDistribution)) and fn.event_shape != ():
-        copy = object.__new__(type(fn))
-        copy.__dict__.update(fn.__dict__)
+        copy = _copied_as(type(fn), fn)
         copy.base_dist = between_counts(fn.base_dist)
         return copy
     support = getattr(fn, "support", None)
@@ -225,9 +223,7 @@ def between_counts(fn: Any) -> Any:
         and fn.event_shape == ()
     ):
         return fn
-    copy = object.__new__(_between_counts_kind(type(fn)))
-    copy.__dict__.update(fn.__dict__)
-    return copy
+    return _copied_as(_between_counts_kind(type(fn)), fn)
 
 
 # A count of probability 0 beside one of positive probability (a rate that underflowed to 0) makes the
@@ -271,9 +267,16 @@ def unvalidated(fn: Any) -> Any:
     if not isinstance(fn, Distribution):
         return fn
     kind = _relaxed_kind(fn)
-    copy = object.__new__(kind)
-    copy.__dict__.update({k: unvalidated(v) for k, v in fn.__dict__.items()})
+    copy = _copied_as(kind, fn, unvalidated)
     copy._validate_args = False
+    return copy
+
+
+def _copied_as(kind: type, fn: Distribution, each: Callable[[Any], Any] = lambda v: v) -> Any:
+    """A shallow copy of ``fn`` as an instance of ``kind`` (its class or a subclass), every attribute
+    passed through ``each``: the user's distribution is never modified."""
+    copy = object.__new__(kind)
+    copy.__dict__.update({k: each(v) for k, v in fn.__dict__.items()})
     return copy
 
 
