@@ -12,8 +12,7 @@ before it starts. It is saddle-free (the Hessian's eigenvalues are taken in abso
 backtracks from the full step; a step that no length of the set lets lower the objective is
 refused, and the next step backtracks from a length 2⁻⁹ times smaller (strong nonlinearity along
 the Newton direction, e.g. in a log-mass, can make every length in the first set overshoot). It keeps
-its Hessian for a few steps while they lower the objective as that Hessian predicts (a refusal with a
-kept Hessian is retried at the same lengths with a new one).
+its Hessian for a few steps while they lower the objective as that Hessian predicts.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ class OptimiserConfig:
 
 class RunState(NamedTuple):
     params: Any
-    opt_state: Any  # the Optax state; Newton's: a NewtonState
+    opt_state: Any  # the Optax state; Newton's: the scale of its step lengths
     value: Array  # objective at ``params`` (for Adam: at the previous minibatch)
     grad: Any
     key: Array
@@ -65,7 +64,7 @@ class NewtonState(NamedTuple):
     vectors: Array  # eigenvectors of the Hessian last formed
     curvature: Array  # its eigenvalues in absolute value, floored
     stale: Array  # form the Hessian again at the next step
-    age: Array  # steps taken with it; 0: formed here, every step from here refused
+    age: Array  # steps taken with it
 
 
 class Optimiser(NamedTuple):
@@ -120,15 +119,14 @@ def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> 
     direction whose curvature is many orders smaller, which is the common case here. The lengths
     are tried in order, the first that lowers the objective is taken (near the optimum the full
     step, so one evaluation); when none does, the step is refused and the next one tries them all
-    2⁻⁹ times smaller (back to full size after a success; after a refusal with a Hessian kept from an
-    earlier point, below, the same lengths with the Hessian formed again).
+    2⁻⁹ times smaller (back to full size after a success).
     ``hessian(params, key)``: the matrix H to use, flattened as ``ravel_pytree`` flattens the
     parameters (default: the objective's own, column by column). It may be a cheaper objective's (the
     same average over a subset of the draws) — subsampled Newton: the gradient and the step test use
     ``objective``, so it still converges to ``objective``'s minimum, in a few more steps.
 
     Forming the Hessian costs a gradient per parameter, most of a step; so a step that lowered the
-    objective by at least half what the quadratic model of |H| predicted leaves that Hessian to the
+    objective by at least half what the Hessian's quadratic model predicted leaves that Hessian to the
     next step, for up to ``KEPT_STEPS`` steps (a lagged, Shamanskii-style Newton). A step that fell
     short, or one refused with a kept Hessian, has it formed again. The cap is for a Hessian whose
     curvature has grown too high along the path: its steps are short, yet each lowers the objective as
@@ -143,14 +141,9 @@ def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> 
     # Each derivative of the objective is written once (one compiled instance): the state keeps no
     # gradient and the backtracking tests values only.
     def init(params: Any, key: Array) -> RunState:
-        flat = ravel_pytree(params)[0]
-        n = flat.size
+        n = ravel_pytree(params)[0].size
         first = NewtonState(
-            jnp.asarray(1.0, flat.dtype),
-            jnp.zeros((n, n), flat.dtype),
-            jnp.ones(n, flat.dtype),
-            jnp.asarray(True),
-            jnp.asarray(0),
+            jnp.asarray(1.0), jnp.zeros((n, n)), jnp.ones(n), jnp.asarray(True), jnp.asarray(0)
         )
         return RunState(params, first, objective(params, key), (), key)
 
@@ -200,11 +193,9 @@ def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> 
         accepted = NewtonState(
             jnp.ones_like(newton.scale), vectors, curvature, ~good | (age >= KEPT_STEPS), age
         )
-        # Refused with a Hessian formed at this point: shorter lengths with it. Refused with one kept
-        # from an earlier point: the same lengths with a new one.
-        here = newton.stale | (newton.age == 0)
+        # refused with a kept Hessian: the same lengths again with a new one; with a new one: shorter
         refused = NewtonState(
-            jnp.where(here, shortest * shrink, newton.scale), vectors, curvature, ~here, jnp.asarray(0)
+            jnp.where(newton.stale, shortest * shrink, newton.scale), vectors, curvature, ~newton.stale, age
         )
         return tree_where(
             ok, RunState(unravel(trial), accepted, value, (), state.key), state._replace(opt_state=refused)
