@@ -11,8 +11,7 @@ parameters, so it needs no knowledge of their scale, which is exactly what the a
 before it starts. It is saddle-free (the Hessian's eigenvalues are taken in absolute value) and
 backtracks from the full step; a step that no length of the set lets lower the objective is
 refused, and the next step backtracks from a length 2⁻⁹ times smaller (strong nonlinearity along
-the Newton direction, e.g. in a log-mass, can make every length in the first set overshoot). It keeps
-its Hessian for a few steps while they lower the objective as that Hessian predicts.
+the Newton direction, e.g. in a log-mass, can make every length in the first set overshoot).
 """
 
 from __future__ import annotations
@@ -57,16 +56,6 @@ def tree_where(condition: Array, if_true: Any, if_false: Any) -> Any:
     return jax.tree_util.tree_map(lambda a, b: jnp.where(condition, a, b), if_true, if_false)
 
 
-class NewtonState(NamedTuple):
-    """Newton's state between steps (:func:`newton_optimiser`)."""
-
-    scale: Array  # of the step lengths: 1, or 2⁻⁹ times smaller after a refusal
-    vectors: Array  # eigenvectors of the Hessian last formed
-    curvature: Array  # its eigenvalues in absolute value, floored
-    stale: Array  # form the Hessian again at the next step
-    age: Array  # steps taken with it
-
-
 class Optimiser(NamedTuple):
     init: Callable[[Any, Array], RunState]
     step: Callable[[RunState], RunState]
@@ -108,7 +97,6 @@ def optax_optimiser(objective: Objective, config: OptimiserConfig, steps: int) -
 
 STEP_SIZES = tuple(2.0**-k for k in range(9))  # 1, ½, … 1/256: backtracking's lengths, in order
 HESSIAN_BATCH = 8  # Hessian columns formed at once: bounds memory when the objective is large
-KEPT_STEPS = 4  # the most steps a Hessian serves (see newton_optimiser)
 
 
 def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> Optimiser:
@@ -124,16 +112,6 @@ def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> 
     parameters (default: the objective's own, column by column). It may be a cheaper objective's (the
     same average over a subset of the draws) — subsampled Newton: the gradient and the step test use
     ``objective``, so it still converges to ``objective``'s minimum, in a few more steps.
-
-    Forming the Hessian costs a gradient per parameter, most of a step; so a step that lowered the
-    objective by at least half what the Hessian's quadratic model predicted leaves that Hessian to the
-    next step, for up to ``KEPT_STEPS`` steps (a lagged, Shamanskii-style Newton). A step that fell
-    short, or one refused with a kept Hessian, has it formed again. The cap is for a Hessian whose
-    curvature has grown too high along the path: its steps are short, yet each lowers the objective as
-    much as it predicts (a problem with scales 10⁴ apart then crept for 300 steps). Where the objective
-    is piecewise quadratic (a count's log-probability interpolated between the integers,
-    :func:`bayes_recon.weighting.between_counts`) Newton creeps in short steps whatever its Hessian,
-    and forming it at every step took most of a restart's time.
     """
     hessian = hessian or columns_hessian(objective)
     shrink = STEP_SIZES[1]
@@ -141,35 +119,22 @@ def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> 
     # Each derivative of the objective is written once (one compiled instance): the state keeps no
     # gradient and the backtracking tests values only.
     def init(params: Any, key: Array) -> RunState:
-        n = ravel_pytree(params)[0].size
-        first = NewtonState(
-            jnp.asarray(1.0), jnp.zeros((n, n)), jnp.ones(n), jnp.asarray(True), jnp.asarray(0)
-        )
-        return RunState(params, first, objective(params, key), (), key)
+        return RunState(params, jnp.asarray(1.0), objective(params, key), (), key)
 
     def step(state: RunState) -> RunState:
         flat, unravel = ravel_pytree(state.params)
-        newton = state.opt_state
 
         def flat_objective(x: Array) -> Array:
             return objective(unravel(x), state.key)
 
-        def fresh(_: None) -> tuple[Array, Array]:
-            matrix = hessian(state.params, state.key)
-            eigenvalues, vectors = jnp.linalg.eigh((matrix + matrix.T) / 2)
-            curvature = jnp.maximum(
-                jnp.abs(eigenvalues), 1e-13 * jnp.max(jnp.abs(eigenvalues)) + 1e-30
-            )  # ~ AD noise
-            return vectors, curvature
-
         grad = jax.grad(flat_objective)(flat)
-        vectors, curvature = jax.lax.cond(
-            newton.stale, fresh, lambda _: (newton.vectors, newton.curvature), None
-        )
-        along = (vectors.T @ grad) / curvature
-        direction = -vectors @ along
-        decrement = jnp.sum(along * (vectors.T @ grad))  # gᵀ|H|⁻¹g
-        shortest = newton.scale * STEP_SIZES[-1]
+        matrix = hessian(state.params, state.key)
+        eigenvalues, vectors = jnp.linalg.eigh((matrix + matrix.T) / 2)
+        curvature = jnp.maximum(
+            jnp.abs(eigenvalues), 1e-13 * jnp.max(jnp.abs(eigenvalues)) + 1e-30
+        )  # ~ AD noise
+        direction = -vectors @ ((vectors.T @ grad) / curvature)
+        shortest = state.opt_state * STEP_SIZES[-1]
 
         def lower(value: Array) -> Array:
             return jnp.isfinite(value) & (value < state.value)
@@ -182,24 +147,11 @@ def newton_optimiser(objective: Objective, hessian: Objective | None = None) -> 
             length, _ = search
             return length * shrink, flat_objective(flat + length * direction)
 
-        length, value = jax.lax.while_loop(keep_trying, backtrack, (newton.scale, jnp.asarray(jnp.inf)))
-        taken = length / shrink
-        trial = flat + taken * direction
-        ok = lower(value) & _finite(trial)
-        # the decrease the quadratic model predicts for the length taken along −|H|⁻¹g
-        predicted = decrement * taken * (1.0 - taken / 2.0)
-        good = state.value - value >= 0.5 * predicted
-        age = jnp.where(newton.stale, 1, newton.age + 1)
-        accepted = NewtonState(
-            jnp.ones_like(newton.scale), vectors, curvature, ~good | (age >= KEPT_STEPS), age
-        )
-        # refused with a kept Hessian: the same lengths again with a new one; with a new one: shorter
-        refused = NewtonState(
-            jnp.where(newton.stale, shortest * shrink, newton.scale), vectors, curvature, ~newton.stale, age
-        )
-        return tree_where(
-            ok, RunState(unravel(trial), accepted, value, (), state.key), state._replace(opt_state=refused)
-        )
+        length, value = jax.lax.while_loop(keep_trying, backtrack, (state.opt_state, jnp.asarray(jnp.inf)))
+        trial = flat + length / shrink * direction
+        accepted = RunState(unravel(trial), jnp.ones_like(state.opt_state), value, (), state.key)
+        refused = state._replace(opt_state=shortest * shrink)
+        return tree_where(lower(value) & _finite(trial), accepted, refused)
 
     return Optimiser(init, step)
 

@@ -247,9 +247,9 @@ def test_newton_shrinks_its_step_lengths_after_a_refusal_instead_of_stalling():
     newton = newton_optimiser(objective)
     start = newton.init(jnp.asarray(-1.0), jax.random.PRNGKey(0))
     refused = newton.step(start)
-    assert float(refused.params) == -1.0 and float(refused.opt_state.scale) == 2.0**-9
+    assert float(refused.params) == -1.0 and float(refused.opt_state) == 2.0**-9
     accepted = newton.step(refused)
-    assert float(accepted.value) < float(start.value) and float(accepted.opt_state.scale) == 1.0
+    assert float(accepted.value) < float(start.value) and float(accepted.opt_state) == 1.0
 
 
 def test_restarts_are_vmapped_through_minimise():
@@ -417,28 +417,3 @@ def test_statistics_spread_is_unit_free_and_measures_covariances_in_correlation_
     assert rescaled == pytest.approx(expected)
     assert "cov[0,1]" not in statistics_spread(mass, mean, var)  # restarts: no covariances recorded
     assert statistics_spread(mass, mean + np.array([[0.0, 0.0], [np.nan, 0.0]]), var)["mean[0]"] == np.inf
-
-
-def test_newton_keeps_its_hessian_while_the_steps_do_what_it_predicts():
-    """A smooth objective that is not quadratic: the steps near the minimum lower it as the Hessian
-    formed a few steps back predicts, so Newton forms it less often than it steps, and still ends at
-    the minimum. Formed at every step, the count would equal the steps."""
-    formed = []
-
-    def objective(x, key):
-        return jnp.sum(jnp.logaddexp(x - 1.0, 1.0 - x) + 0.1 * x**2)
-
-    def hessian(x, key):
-        jax.debug.callback(lambda: formed.append(1))
-        return jax.hessian(objective)(x, key)
-
-    state, _, _, steps = minimise(
-        objective,
-        jnp.array([3.0, -2.0]),
-        jax.random.PRNGKey(0),
-        50,
-        OptimiserConfig("newton"),
-        hessian=hessian,
-    )
-    assert float(jnp.max(jnp.abs(jax.grad(objective)(state.params, None)))) < 1e-5
-    assert 1 <= len(formed) < int(steps)
