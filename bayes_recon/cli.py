@@ -51,6 +51,8 @@ CONFIG_OPTIONS = {
     "the cores, as memory allows; 1 on an accelerator; as many as the cores can hang)",
     "steps": "optimisation steps that move every point and weight (and polish them in each Frank–Wolfe "
     "round)",
+    "rescue_restarts": "restarts run when the best restart fails the self-check, before any Frank–Wolfe "
+    "round (0: none)",
     "refine_rounds": "Frank–Wolfe rounds on the best restart when it fails the self-check: points added "
     "where weight lowers the objective, weights solved exactly (0: none)",
     "estimator": "Fisher-divergence estimator (auto: exact up to 20 parameters)",

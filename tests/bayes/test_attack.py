@@ -67,7 +67,8 @@ def kidiq_result(kidiq):
     by_site = as_draws(posterior.draws)  # Stan names → sites
     idata = arviz.from_dict(posterior={k: np.asarray(v)[None, :2000] for k, v in by_site.items()})
     return br.reconstruct(entry.model, idata, free=list(entry.free), support=entry.support, n_points=10,
-                          seed=0, config=br.ReconConfig(restarts=1, refine_rounds=0))  # fmt: skip
+                          seed=0, config=br.ReconConfig(restarts=1, rescue_restarts=0,
+                                                        refine_rounds=0))  # fmt: skip
 
 
 def test_attack_lands_on_the_oracle_from_arviz_draws(kidiq, kidiq_result):
@@ -341,7 +342,7 @@ def test_out_of_memory_is_a_clear_error_that_names_the_remedies(monkeypatch):
 
     monkeypatch.setattr(jax, "block_until_ready", exhausted)
     draws = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
-    config = br.ReconConfig(coarse_steps=1, steps=1, restarts=1, refine_rounds=0)
+    config = br.ReconConfig(coarse_steps=1, steps=1, restarts=1, rescue_restarts=0, refine_rounds=0)
     with pytest.raises(br.ReconError, match=r"out of memory.*--points.*--max-draws.*--batch-size"):
         br.reconstruct(model, draws, free=["y"], n_points=3, config=config)
 
@@ -382,7 +383,7 @@ def test_each_bootstrap_replicate_is_the_exact_optimum_on_its_own_resample_of_th
             numpyro.sample("y", dist.Normal(mu, 1), obs=y)
 
     mu = np.random.default_rng(0).normal(1.0, 0.1, 400)
-    config = br.ReconConfig(restarts=1, bootstrap=3, refine_rounds=0)
+    config = br.ReconConfig(restarts=1, bootstrap=3, rescue_restarts=0, refine_rounds=0)
     recon = br.reconstruct(model, {"mu": mu}, free=["y"], n_points=3, seed=5, config=config)
     resamples = np.asarray(jax.random.randint(jax.random.PRNGKey(5 + 4), (3, 400), 0, 400))
     expected = 1 / np.var(mu[resamples], axis=1) - 0.01

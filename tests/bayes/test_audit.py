@@ -24,7 +24,7 @@ from bayes_recon.report import render, write_report
 from recon_core.measure import WeightedMeasure
 
 NAME = "kidiq-kidscore_momiq"
-SHORT = ReconConfig(coarse_steps=5, steps=5, restarts=1, max_draws=300, refine_rounds=0)
+SHORT = ReconConfig(coarse_steps=5, steps=5, restarts=1, max_draws=300, rescue_restarts=0, refine_rounds=0)
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +191,8 @@ def test_a_glm_is_audited_on_n_and_the_columns_moments(tmp_path, capsys):
     np.savez(tmp_path / "draws.npz", **{k: np.asarray(v) for k, v in mcmc.get_samples().items()})
     argv = ["--quiet", "audit", "--model", f"{tmp_path}/poisson.py:model", "--draws", f"{tmp_path}/draws.npz",
             "--free", "x,y", "--data", f"{tmp_path}/data.csv", "--points", "10", "--restarts", "1", "--steps",
-            "5", "--refine-rounds", "0", "--bootstrap", "0", "--draw-counts", "300",  # no smaller release
+            "5", "--rescue-restarts", "0", "--refine-rounds", "0", "--bootstrap", "0",
+            "--draw-counts", "300",  # no smaller release
             "--json", f"{tmp_path}/audit.json"]  # fmt: skip
     assert main(argv) == 0
     out = " ".join(capsys.readouterr().out.split())

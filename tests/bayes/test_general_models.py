@@ -160,7 +160,7 @@ def test_rescaling_and_shifting_a_column_changes_nothing():
     u = rng.normal(size=100)
     y = 1 + 0.5 * u + rng.normal(size=100)
     draws = nuts(scaled_regression(1.0, 0.0), x=u, y=y)
-    config = br.ReconConfig(restarts=1, refine_rounds=0)
+    config = br.ReconConfig(restarts=1, rescue_restarts=0, refine_rounds=0)
     recovered = []
     for scale, shift in ((1e-4, 0.0), (1e4, 1e8)):
         moved = {**draws, "b": draws["b"] / scale}
@@ -502,7 +502,7 @@ def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
     )
     assert counts.weighted_model.fixed["trials"] == 10 and counts.layout.shapes == {"X": (3,), "y": ()}
     assert pseudo.levels(counts.layout.support("y")) == tuple(float(k) for k in range(11))
-    quick = br.ReconConfig(restarts=1, refine_rounds=0, coarse_steps=2, steps=2)
+    quick = br.ReconConfig(restarts=1, rescue_restarts=0, refine_rounds=0, coarse_steps=2, steps=2)
     result = br.reconstruct(stan_style, draws, ["X", "y"], fixed=known, n_points=5, config=quick)
     assert result.measure.points["X"].shape == (5, 2)  # the whole attack, its start included, runs
 
@@ -627,7 +627,9 @@ def test_mass_on_points_the_release_cannot_see_is_measured():
     x = rng.normal(size=200)
     y = (rng.uniform(size=200) < 1 / (1 + np.exp(-(0.3 + x)))).astype(float)
     draws = nuts(logistic_regression, x=x, y=y)
-    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, bootstrap=0, refine_rounds=0)
+    config = br.ReconConfig(
+        coarse_steps=0, steps=1, restarts=1, bootstrap=0, rescue_restarts=0, refine_rounds=0
+    )
     result = br.reconstruct(logistic_regression, draws, ["x", "y"], n_points=5, config=config)
     truth = dataclasses.replace(result, measure=WeightedMeasure({"x": x, "y": y}, np.ones(200)))
     assert truth.unseen_mass < UNSEEN_LEAVES_N_OPEN / 4

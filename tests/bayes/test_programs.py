@@ -20,7 +20,9 @@ import bayes_recon as br
 from bayes_recon import programs
 
 DRAWS = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
-CONFIG = br.ReconConfig(coarse_steps=0, steps=3, restarts=2, restarts_at_once=1, refine_rounds=0)  # seconds
+CONFIG = br.ReconConfig(  # seconds
+    coarse_steps=0, steps=3, restarts=2, restarts_at_once=1, rescue_restarts=0, refine_rounds=0
+)
 
 
 def normal_model(scale: float):

@@ -36,7 +36,7 @@ def model(y=None):
 def refiner_of(n_points: int) -> fw.Refiner:
     """The refiner of the attack on DRAWS (its problem and draws as the attack sets them up)."""
     setup = br.reconstruct(model, DRAWS, free=["y"], n_points=n_points, config=br.ReconConfig(
-        coarse_steps=0, steps=3, restarts=1, refine_rounds=0)).setup  # fmt: skip
+        coarse_steps=0, steps=3, restarts=1, rescue_restarts=0, refine_rounds=0)).setup  # fmt: skip
     problem = ScoreMatching(setup.weighted_model, setup.layout, setup.coordinates, "exact", 4)
     return fw.build_refiner(problem, setup.draws, 0, n_points, OptimiserConfig("lbfgs"), 100)
 
@@ -76,7 +76,9 @@ def test_rounds_repair_a_measure_with_its_points_in_the_wrong_place():
     refiner = refiner_of(4)
     found = fw.refine(refiner, np.arange(4.0, 8.0)[:, None], np.ones(4), rounds=6)
     assert found.converged and len(found.objectives) > 1  # a round was kept: it lowered the objective
-    settled = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=br.ReconConfig(refine_rounds=0))
+    settled = br.reconstruct(
+        model, DRAWS, free=["y"], n_points=4, config=br.ReconConfig(rescue_restarts=0, refine_rounds=0)
+    )
     assert abs(found.objectives[-1] - settled.objective) < 1e-3 * abs(settled.objective)
     assert abs(found.weights.sum() - settled.measure.total_mass()) < 0.02 * settled.measure.total_mass()
 
@@ -88,7 +90,7 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
         "bayes_recon.reconstruct"
     )  # the package's name is the function
 
-    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1)
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=0)
     passed = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
     assert (
         passed.checked is not None and passed.self_check is passed.checked[1] and passed.self_check.reproduces
@@ -113,6 +115,31 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
     assert objectives[0] == pytest.approx(passed.objective) and failed.objective == objectives[-1]
     # the rounds ran (the stages' optimum leaves them nothing to gain here) and the result is checked afresh
     assert len(failed.history["refine_gaps"]) >= 1 and failed.checked is None
+
+
+def test_restarts_are_added_where_the_first_fail_the_self_check_and_the_best_of_all_is_checked(monkeypatch):
+    """The first check fails (made to): the rescue's restarts run after the first, from starts of their own,
+    and the best of all three is checked again; it passes, so no Frank–Wolfe round runs. Where the first
+    check passes, no restart is added."""
+    reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
+    checked, verdicts, measures = reconstruct_module.round_trip, iter([False, True]), []
+
+    def first_fails(setup, points, weights):
+        measures.append(weights)
+        return replace(checked(setup, points, weights), reproduces=next(verdicts))
+
+    monkeypatch.setattr(reconstruct_module, "round_trip", first_fails)
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=2)
+    rescued = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+    objectives = rescued.restart_objectives
+    assert len(measures) == 2 and len(objectives) == 3 and rescued.history["objective"].shape[0] == 3
+    assert rescued.best_restart == int(np.argmin(objectives)) and rescued.objective == objectives.min()
+    assert np.array_equal(measures[1], rescued.measure.weights) and rescued.checked[1].reproduces
+    assert "refine_objectives" not in rescued.history
+    assert len(set(objectives.tolist())) == 3  # three starts, three ends
+    monkeypatch.setattr(reconstruct_module, "round_trip", checked)
+    alone = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+    assert alone.restart_objectives.tolist() == [objectives[0]] and alone.checked[1].reproduces
 
 
 def test_the_heaviest_points_of_each_stratum_are_kept_stratum_by_stratum():
@@ -150,7 +177,7 @@ def test_every_other_candidate_of_the_clouds_has_its_response_from_the_models_pr
     model at the posterior mean (a = 1, b = 2) given x: there y - (1 + 2x) has the model's sd 0.1."""
     rng = np.random.default_rng(2)
     draws = {"a": rng.normal(1.0, 0.01, 200), "b": rng.normal(2.0, 0.01, 200)}
-    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, refine_rounds=0)
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=0, refine_rounds=0)
     setup = br.reconstruct(regression, draws, free=["x", "y"], n_points=4, config=config).setup
     theta = setup.coordinates.to_model(setup.draws)
     estimator = config.resolved_estimator(theta.shape[1])
@@ -225,7 +252,7 @@ def test_rounds_bring_back_a_stratum_the_stages_lost():
     s = np.sqrt(residual[0] / 97)  # the posterior under flat priors, to a normal approximation
     beta = rng.multivariate_normal(fit, s**2 * np.linalg.inv(design.T @ design), 500)
     draws = {"a": beta[:, 0], "b": beta[:, 1:], "sigma": s * np.exp(rng.normal(0.0, 1 / np.sqrt(194), 500))}
-    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, refine_rounds=0)
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=0, refine_rounds=0)
     free, support = ["g", "x", "y"], {"g": constraints.boolean}
     setup = br.reconstruct(grouped, draws, free=free, support=support, n_points=4, config=config).setup
     problem = ScoreMatching(setup.weighted_model, setup.layout, setup.coordinates, "exact", 4)

@@ -121,7 +121,9 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
     """Three L-BFGS steps cannot settle the points: the run says so (the CLI prints it)."""
     from bayes_recon.cli import describe_convergence
 
-    capped = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=replace(CONFIG, refine_rounds=0))
+    capped = br.reconstruct(
+        model, DRAWS, free=["y"], n_points=3, config=replace(CONFIG, rescue_restarts=0, refine_rounds=0)
+    )
     assert capped.converged() is False
     assert "NOT reached" in describe_convergence(capped) and "--steps 12" in describe_convergence(capped)
     settled = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=CONFIG.__class__(steps=400))

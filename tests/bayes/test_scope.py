@@ -19,7 +19,7 @@ import bayes_recon as br
 
 pytestmark = pytest.mark.slow
 N = 60
-SHORT = br.ReconConfig(coarse_steps=5, steps=20, restarts=1, refine_rounds=0)
+SHORT = br.ReconConfig(coarse_steps=5, steps=20, restarts=1, rescue_restarts=0, refine_rounds=0)
 
 
 def regression(likelihood: Callable, **priors: dist.Distribution) -> Callable:

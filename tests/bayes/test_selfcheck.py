@@ -28,7 +28,7 @@ def kidiq():
     """The setup of a one-step attack (round_trip uses its model, coordinates and draws) and the data."""
     entry, posterior = lookup(KIDIQ), load_posterior(KIDIQ)
     data = entry.model_data(posterior.data)
-    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, refine_rounds=0)
+    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, rescue_restarts=0, refine_rounds=0)
     result = br.reconstruct(entry.model, posterior.draws, free=list(entry.free), n_points=5, config=config)
     return result.setup, {k: data[k] for k in entry.free}
 
