@@ -654,9 +654,11 @@ def describe_units(units: Mapping[str, str]) -> str:
 
 def describe_restarts(recon: Any) -> str:
     """Whether the restarts that reached the best objective agree on N and the columns' moments."""
-    at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
+    at_best, total, added = int(recon.at_best().sum()), len(recon.restart_objectives), recon.rescued()
     from bayes_recon.verdict import passed_over_words
 
+    if added:
+        total = f"{total} ({added} added because the best of the first {total - added} failed the self-check)"
     passed_over = passed_over_words(recon.passed_over())
     if at_best < 2:
         return (

@@ -253,6 +253,11 @@ class Reconstruction:
         where none does (see :func:`reconstruct`)."""
         return _admissible(self.history["information"], self.setup.draws.shape[1])
 
+    def rescued(self) -> int:
+        """How many restarts were added because the best of the first failed the self-check (see
+        ``ReconConfig.rescue_restarts``); they follow the first in :attr:`restart_objectives`."""
+        return len(self.restart_objectives) - self.config.restarts
+
     def passed_over(self) -> int:
         """How many restarts were passed over for carrying more information than a release can."""
         return int((~self.admissible()).sum())

@@ -195,11 +195,14 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
         restart_objectives = np.array([-2.0, -2.0, -1.0])
         measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
 
-        def __init__(self, spread: dict[str, float], beyond: int = 0) -> None:
-            self.spread, self.beyond = spread, beyond
+        def __init__(self, spread: dict[str, float], beyond: int = 0, added: int = 0) -> None:
+            self.spread, self.beyond, self.added = spread, beyond, added
 
         def at_best(self) -> np.ndarray:
             return np.array([True, True, False])
+
+        def rescued(self) -> int:
+            return self.added
 
         def passed_over(self) -> int:
             return self.beyond
@@ -215,6 +218,8 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
     differ = "2 of 3 reached the best objective but differ on N by 40\u00a0%, the sd of X[1] by 20\u00a0%"
     assert differ in loose
     assert "only loosely" in loose
+    rescued = cli.describe_restarts(Restarts(tight, added=2))
+    assert "2 of 3 (2 added because the best of the first 1 failed the self-check) reached" in rescued
     walled = cli.describe_restarts(Restarts(tight, beyond=1))
     assert (
         "2 of 3 reached the best objective, and 1 was passed over for ending on points that carry" in walled
