@@ -96,7 +96,7 @@ def fake_reconstruct(monkeypatch):
             measure=measure, objective=-1.5, seconds=0.25, compile_seconds=0.1, config=config, history={},
             self_check=_stand_in_self_check(calls[-1].seed != 13), restart_spread=lambda: {"total_mass": 0.0},
             restart_objectives=np.array([-1.5]), at_best=lambda: np.array([True]), converged=lambda: True,
-            passed_over=lambda: 0,
+            passed_over=lambda: 0, rescued=lambda: 0,
             bootstrap={"objective": np.array([-1.4, -1.6])}, bootstrap_spread=lambda: {"total_mass": 0.02},
             standard_errors={"total_mass": 0.02}, unseen_mass=0.0,
         )  # fmt: skip
