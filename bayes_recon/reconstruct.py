@@ -109,7 +109,8 @@ class ReconConfig:
     predictor barely varied, 4.5 Monte Carlo tolerances above the truth, and two of six restarts of
     that seed reached the truth's objective. A restart is a draw from the starts the attack makes; the
     Frank–Wolfe rounds only move the measure they are given (there, below the truth's objective on
-    the draws' noise, still failing the check). Where the first restarts pass, none runs.
+    the draws' noise, still failing the check). Where the first restarts pass, none runs. Their keys
+    come apart from the first restarts', which are the same whatever their number.
 
     ``refine_rounds``: Frank–Wolfe rounds (:mod:`bayes_recon.refine`) on the best restart's measure
     when it fails the self-check: points added where weight would lower the objective, the weights
@@ -118,7 +119,8 @@ class ReconConfig:
     3.2 Monte Carlo tolerances above the true data's objective and failing the self-check; after the
     rounds, below it and passing). Where the stages' result passes, the rounds are not run (and the
     check is kept for :attr:`Reconstruction.self_check`): every attack runs the self-check (NUTS, seconds).
-    Not with minibatches, nor without continuous columns, nor on fewer than 4 draws.
+    Not without continuous columns. Neither repair (nor the check during the attack) runs with
+    minibatches, on fewer than 4 draws, or with both ``rescue_restarts`` and ``refine_rounds`` at 0.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
@@ -197,7 +199,8 @@ class AttackSetup(NamedTuple):
 class Reconstruction:
     """The best restart's measure, its objective, and the convergence history of every restart.
 
-    ``history`` holds per-step arrays with a leading restart axis: ``objective``, ``total_mass``
+    ``history`` holds per-step arrays with a leading restart axis (the first restarts, then the rescue's
+    where they ran: :meth:`rescued`): ``objective``, ``total_mass``
     and, per free column (flattened), ``mean`` and ``var`` of the weighted pseudo-data; after a
     stage converges its rows repeat the final values. ``stage_steps`` (4,) is each stage's length
     in those arrays (cloud shape, cloud with mass on the subset of draws, cloud on every draw,
@@ -404,9 +407,10 @@ def reconstruct(
 
     The restarts run in rounds of ``config.restarts_at_once``, each a call of one compiled program
     (which holds no host callback, so JAX's persistent compilation cache can keep it), followed by
-    ``config.bootstrap`` rounds on resampled draws, started from the best restart.
+    ``config.bootstrap`` rounds on resampled draws, started from the best restart; the rescue's rounds
+    run before those where the best restart fails the self-check (``config.rescue_restarts``).
     ``progress(done, total)``: rounds done out of all, called once the program is compiled (the
-    rounds run from then on) and after every round.
+    rounds run from then on) and after every round; the total grows by the rescue's rounds when they run.
     ``checkpoint``: a folder where every finished round is kept; a run with the same folder and
     the same attack takes the rounds found there and runs only the rest, to the bitwise same
     result (see :mod:`bayes_recon.checkpoint`; a folder of another attack is refused). It is left
@@ -466,7 +470,12 @@ def reconstruct(
             full_error=build_standard_error(problem, draws, seed + 1),
         )
 
-    keys = jax.random.split(jax.random.PRNGKey(seed), config.restarts + config.rescue_restarts)
+    keys = jnp.concatenate(  # the rescue's keys apart: the first restarts' do not depend on their number
+        [
+            jax.random.split(jax.random.PRNGKey(seed), config.restarts),
+            jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1), config.rescue_restarts),
+        ]
+    )
     bases = jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim))(keys)
     begin = make_start(weighted, layout, theta, n_points, estimator, config)
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
@@ -503,6 +512,8 @@ def reconstruct(
         jax.random.PRNGKey(seed + 4), (config.bootstrap, z.shape[0]), 0, z.shape[0]
     )
     finished = {} if store is None else {i: found for i in range(repairs) if (found := store.load(i))}
+    if any(i in finished for i in rescue):
+        units += len(rescue)
     cpu = jax.default_backend() == "cpu"
     compiled, compile_seconds = None, 0.0
 
@@ -584,38 +595,40 @@ def reconstruct(
                 if future.exception() is None:
                     keep(index, future.result())
 
-    def restarts_run() -> tuple[dict[str, np.ndarray], int]:
-        """Every restart run (the rescue's after the first, where they ran) and the best of them.
+    def restarts_run(rescued: bool) -> tuple[dict[str, np.ndarray], int]:
+        """The first restarts (and the rescue's after them) and the best of them. A rescue's restart
+        whose objective is not finite is passed over (the first restarts' stop the attack).
 
         A restart whose measure carries more information than a release can, the Frank–Wolfe rounds'
         own bound (refine.py), is passed over where another is within it: on a probit regression
         (N = 100, covariates at 0.01 to 1,000) one restart ended at the true data's objective with mass
         110, the other on saturated points of mass 5e17 whose information was 1.4e8 (the truth's 4.5,
         the bound 40) and whose objective, -1.1e8, the draws cannot check."""
-        groups = [(range(rounds), config.restarts)]
-        if rescue and all(i in finished for i in rescue):
-            groups.append((rescue, config.rescue_restarts))
+        groups = [(range(rounds), config.restarts)] + ([(rescue, config.rescue_restarts)] if rescued else [])
         arrays = {
             k: np.concatenate([np.concatenate([finished[i][k] for i in r])[:count] for r, count in groups])
             for k in finished[0]
         }
-        _check_finite(arrays["objective"], arrays["final"], config)
+        _check_finite(arrays["objective"][: config.restarts], arrays["final"][: config.restarts], config)
+        final = np.where(np.isfinite(arrays["final"]), arrays["final"], np.inf)
         admissible = _admissible(arrays["information"], z.shape[1])
-        return arrays, int(np.argmin(np.where(admissible, arrays["final"], np.inf)))
+        return arrays, int(np.argmin(np.where(admissible, final, np.inf)))
 
     run_all(range(rounds), cold)
-    arrays, best = restarts_run()
-    measure, setup = _measure_of(arrays, best), AttackSetup(weighted, layout, coordinates, z)
     repaired = None if store is None else store.load(repairs)
-    gate = None
+    setup = AttackSetup(weighted, layout, coordinates, z)
+    # resumed past its check, an attack has the rescue's restarts where they ran
+    arrays, best = restarts_run(repaired is not None and bool(rescue) and all(i in finished for i in rescue))
+    measure, gate = _measure_of(arrays, best), None
     if checking and repaired is None:
         gate = round_trip(setup, measure.points, measure.weights)
         if not gate.reproduces and rescue:
-            units += len(rescue)
+            units = rounds + len(rescue) + config.bootstrap + checking
             run_all(rescue, cold)
-            arrays, best = restarts_run()
-            measure = _measure_of(arrays, best)
-            gate = round_trip(setup, measure.points, measure.weights)
+            arrays, rescued_best = restarts_run(True)
+            if rescued_best != best:  # else the check stands
+                best, measure = rescued_best, _measure_of(arrays, rescued_best)
+                gate = round_trip(setup, measure.points, measure.weights)
     values, final = arrays["objective"], arrays["final"]
     warm_start = pseudo.Cloud(*(arrays[f"warm_start/{field}"][best] for field in pseudo.Cloud._fields))
     run_all(replicates, (jnp.asarray(True), broadcast(warm_start)))

@@ -432,7 +432,11 @@ def run_stages(
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
         begun = responded(cloud)
         start = tree_where(free(stage), begun.cloud, cloud)
-        error = objectives.full_error(fitted(stage, begun.points, start), base, keys[0])
+        error = jax.lax.cond(  # only where it is used
+            stage.all_draws | (stage.limit == 0),
+            lambda: jnp.zeros((), base.dtype),
+            lambda: objectives.full_error(fitted(stage, begun.points, start), base, keys[0]),
+        )
         final, values, records, taken = minimise(
             partial(cloud_objective, stage, begun.points),
             start,
