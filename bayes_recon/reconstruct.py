@@ -102,15 +102,15 @@ class ReconConfig:
     spread understates it (a logistic regression: Σ y·x 14 % off, replicates within 6 %);
     :attr:`Reconstruction.standard_errors` measures it from the draws without refits.
 
-    ``rescue_restarts``: restarts run when the best restart's measure fails the self-check, before any
-    Frank–Wolfe round; the best of all restarts is then checked again. The stages can settle in a
-    basin above the true data's objective: a Poisson regression (N = 100, covariates at 0.01 to
-    1,000) ended two of its restarts of seed 0 with the covariates aligned so that the linear
-    predictor barely varied, 4.5 Monte Carlo tolerances above the truth, and two of six restarts of
-    that seed reached the truth's objective. A restart is a draw from the starts the attack makes; the
-    Frank–Wolfe rounds only move the measure they are given (there, below the truth's objective on
-    the draws' noise, still failing the check). Where the first restarts pass, none runs. Their keys
-    come apart from the first restarts', which are the same whatever their number.
+    ``rescue_restarts``: restarts run when the best restart's measure fails the self-check and so does
+    the result of the Frank–Wolfe rounds (below) run from it, or none could run; the best of them is
+    checked and taken if it passes. The stages can settle in a basin above the true data's objective:
+    a Poisson regression (N = 100, covariates at 0.01 to 1,000) ended both restarts of seed 0 with the
+    covariates aligned so that the linear predictor barely varied, 4.5 Monte Carlo tolerances above the
+    truth, and two of six restarts of that seed reached the truth's objective. The rounds only move the
+    measure they are given (there, to below the truth's objective on the draws' noise, still failing
+    the check); a restart starts afresh. Their keys come apart from the first restarts', which are the
+    same whatever their number.
 
     ``refine_rounds``: Frank–Wolfe rounds (:mod:`bayes_recon.refine`) on the best restart's measure
     when it fails the self-check: points added where weight would lower the objective, the weights
@@ -595,51 +595,78 @@ def reconstruct(
                 if future.exception() is None:
                     keep(index, future.result())
 
-    def restarts_run(rescued: bool) -> tuple[dict[str, np.ndarray], int]:
-        """The first restarts (and the rescue's after them) and the best of them. A rescue's restart
-        whose objective is not finite is passed over (the first restarts' stop the attack).
+    def restarts_run(rescued: bool) -> dict[str, np.ndarray]:
+        """The first restarts' arrays, and the rescue's after them (``rescued``)."""
+        groups = [(range(rounds), config.restarts)] + ([(rescue, config.rescue_restarts)] if rescued else [])
+        return {
+            k: np.concatenate([np.concatenate([finished[i][k] for i in r])[:count] for r, count in groups])
+            for k in finished[0]
+        }
+
+    def best_of(arrays: dict[str, np.ndarray], first: int = 0) -> int:
+        """The restart of lowest objective from ``first`` on, among those within the information bound and
+        finite (the first restarts' must be: :func:`_check_finite`).
 
         A restart whose measure carries more information than a release can, the Frank–Wolfe rounds'
         own bound (refine.py), is passed over where another is within it: on a probit regression
         (N = 100, covariates at 0.01 to 1,000) one restart ended at the true data's objective with mass
         110, the other on saturated points of mass 5e17 whose information was 1.4e8 (the truth's 4.5,
         the bound 40) and whose objective, -1.1e8, the draws cannot check."""
-        groups = [(range(rounds), config.restarts)] + ([(rescue, config.rescue_restarts)] if rescued else [])
-        arrays = {
-            k: np.concatenate([np.concatenate([finished[i][k] for i in r])[:count] for r, count in groups])
-            for k in finished[0]
-        }
-        _check_finite(arrays["objective"][: config.restarts], arrays["final"][: config.restarts], config)
-        final = np.where(np.isfinite(arrays["final"]), arrays["final"], np.inf)
-        admissible = _admissible(arrays["information"], z.shape[1])
-        return arrays, int(np.argmin(np.where(admissible, final, np.inf)))
+        final, information = arrays["final"][first:], arrays["information"][first:]
+        admissible = _admissible(information, z.shape[1]) & np.isfinite(final)
+        return first + int(np.argmin(np.where(admissible, final, np.inf)))
+
+    def refined_measure(record: Mapping[str, np.ndarray]) -> WeightedMeasure:
+        points = layout.assemble(jnp.asarray(record["z"]), jnp.repeat(layout.strata, n_points, axis=0))
+        return WeightedMeasure({k: np.asarray(v) for k, v in points.items()}, record["weights"])
+
+    def repair(measure: WeightedMeasure, gate: SelfCheck) -> tuple[dict[str, np.ndarray], tuple]:
+        """Where the best restart's measure fails the self-check: Frank–Wolfe rounds from it, then, where
+        their result fails too (or none can run), the rescue's restarts, whose best is taken if it passes.
+        The record the checkpoint keeps (the rounds' result, whether the rescue's best was taken) and the
+        final measure with its check.
+
+        The rounds come first: they move the measure they are given (a mixture regression, N = 100, k = 3:
+        from 5 Monte Carlo tolerances above the true data's objective to below it, passing), the
+        restarts start afresh (there, the rescue's ended above it, passing)."""
+        nonlocal units
+        record, checked = {"rescued": np.asarray(False)}, (measure, gate)
+        if gate.reproduces:
+            return record, checked
+        start = layout.unconstrain({k: jnp.asarray(v) for k, v in measure.points.items()})
+        if refining and np.all(np.isfinite(start)):  # a saturated point has no coordinates
+            optimiser = OptimiserConfig(config.method, config.learning_rate)
+            refiner = build_refiner(problem, z, seed, n_points, optimiser, config.steps, begin.respond)
+            found = refine(refiner, start, measure.weights, config.refine_rounds)
+            record |= {k: np.asarray(v) for k, v in found._asdict().items()}
+            refined = refined_measure(record)
+            checked = refined, round_trip(setup, refined.points, refined.weights)
+        if checked[1].reproduces or not rescue:
+            return record, checked
+        units = rounds + len(rescue) + config.bootstrap + checking
+        run_all(rescue, cold)
+        arrays = restarts_run(True)
+        rescued = _measure_of(arrays, best_of(arrays, config.restarts))
+        rescued_gate = round_trip(setup, rescued.points, rescued.weights)
+        if rescued_gate.reproduces:
+            return record | {"rescued": np.asarray(True)}, (rescued, rescued_gate)
+        return record, checked
 
     run_all(range(rounds), cold)
-    repaired = None if store is None else store.load(repairs)
-    setup = AttackSetup(weighted, layout, coordinates, z)
-    # resumed past its check, an attack has the rescue's restarts where they ran
-    arrays, best = restarts_run(repaired is not None and bool(rescue) and all(i in finished for i in rescue))
-    measure, gate = _measure_of(arrays, best), None
+    arrays = restarts_run(False)
+    _check_finite(arrays["objective"], arrays["final"], config)
+    best = best_of(arrays)
+    measure, setup = _measure_of(arrays, best), AttackSetup(weighted, layout, coordinates, z)
+    repaired, checked = None if store is None else store.load(repairs), None
     if checking and repaired is None:
-        gate = round_trip(setup, measure.points, measure.weights)
-        if not gate.reproduces and rescue:
-            units = rounds + len(rescue) + config.bootstrap + checking
-            run_all(rescue, cold)
-            arrays, rescued_best = restarts_run(True)
-            if rescued_best != best:  # else the check stands
-                best, measure = rescued_best, _measure_of(arrays, rescued_best)
-                gate = round_trip(setup, measure.points, measure.weights)
-    values, final = arrays["objective"], arrays["final"]
-    warm_start = pseudo.Cloud(*(arrays[f"warm_start/{field}"][best] for field in pseudo.Cloud._fields))
-    run_all(replicates, (jnp.asarray(True), broadcast(warm_start)))
-    bootstrapped = [_best_of_round(finished[i], z.shape[1]) for i in replicates]
-    bootstrap = (
-        {k: np.stack([r[k] for r in bootstrapped]) for k in bootstrapped[0]}
-        if bootstrapped
-        else {"objective": np.zeros(0)}
-    )
+        repaired, checked = repair(measure, round_trip(setup, measure.points, measure.weights))
+        if store is not None:
+            store.save(repairs, repaired)
+    if rescue and all(i in finished for i in rescue):  # the rescue ran: its restarts join the history
+        arrays = restarts_run(True)
+    objective = float(arrays["final"][best])
     history = {
-        "objective": values,
+        "objective": arrays["objective"],
         "total_mass": arrays["total_mass"],
         "mean": arrays["mean"],
         "var": arrays["var"],
@@ -647,26 +674,21 @@ def reconstruct(
         "steps_taken": arrays["steps_taken"],
         "information": arrays["information"],
     }
-    objective, checked = float(final[best]), None if gate is None else (measure, gate)
-    if gate is not None:
-        repaired = {"stages_reproduce": np.asarray(True)}
-        start = layout.unconstrain({k: jnp.asarray(v) for k, v in measure.points.items()})
-        # a saturated point has no coordinates
-        if refining and not gate.reproduces and np.all(np.isfinite(start)):
-            optimiser = OptimiserConfig(config.method, config.learning_rate)
-            refiner = build_refiner(problem, z, seed, n_points, optimiser, config.steps, begin.respond)
-            found = refine(refiner, start, measure.weights, config.refine_rounds)
-            repaired = {k: np.asarray(v) for k, v in found._asdict().items()}
-            checked = None
-        if store is not None:
-            store.save(repairs, repaired)
-    _report(progress, units, units)
-    if repaired is not None and "stages_reproduce" not in repaired:
-        bits = jnp.repeat(layout.strata, n_points, axis=0)
-        points = layout.assemble(jnp.asarray(repaired["z"]), bits)
-        measure = WeightedMeasure({k: np.asarray(v) for k, v in points.items()}, repaired["weights"])
-        objective = float(repaired["objectives"][-1])
+    if repaired is not None and bool(repaired["rescued"]):
+        best = best_of(arrays, config.restarts)
+        measure, objective = _measure_of(arrays, best), float(arrays["final"][best])
+    elif repaired is not None and "z" in repaired:
+        measure, objective = refined_measure(repaired), float(repaired["objectives"][-1])
         history |= {f"refine_{k}": repaired[k] for k in ("objectives", "gaps", "converged")}
+    warm_start = pseudo.Cloud(*(arrays[f"warm_start/{field}"][best] for field in pseudo.Cloud._fields))
+    run_all(replicates, (jnp.asarray(True), broadcast(warm_start)))
+    _report(progress, units, units)  # the check and the repairs, run before the replicates, count last
+    bootstrapped = [_best_of_round(finished[i], z.shape[1]) for i in replicates]
+    bootstrap = (
+        {k: np.stack([r[k] for r in bootstrapped]) for k in bootstrapped[0]}
+        if bootstrapped
+        else {"objective": np.zeros(0)}
+    )
     measure = WeightedMeasure(
         measure.points,
         measure.weights,
@@ -684,7 +706,7 @@ def reconstruct(
     return Reconstruction(
         measure,
         objective,
-        final,
+        arrays["final"],
         best,
         history,
         bootstrap,

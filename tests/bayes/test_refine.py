@@ -113,33 +113,42 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
     assert responds and responds[0] is not None  # y is a response: candidates get it from the predictive
     objectives = failed.history["refine_objectives"]
     assert objectives[0] == pytest.approx(passed.objective) and failed.objective == objectives[-1]
-    # the rounds ran (the stages' optimum leaves them nothing to gain here) and the result is checked afresh
-    assert len(failed.history["refine_gaps"]) >= 1 and failed.checked is None
+    # the rounds ran (the stages' optimum leaves them nothing to gain here) and their result was checked
+    assert len(failed.history["refine_gaps"]) >= 1 and failed.self_check is failed.checked[1]
+    assert not failed.self_check.reproduces and failed.self_check.reasons == ("made to",)
 
 
-def test_restarts_are_added_where_the_first_fail_the_self_check_and_the_best_of_all_is_checked(monkeypatch):
-    """The first check fails (made to): the rescue's restarts run after the first, from starts of their own,
-    and the best of all three is checked again; it passes, so no Frank–Wolfe round runs. Where the first
-    check passes, no restart is added."""
+@pytest.mark.parametrize("rescue_passes", [True, False])
+def test_where_the_rounds_result_fails_too_the_rescues_restarts_run(monkeypatch, rescue_passes):
+    """The checks of the best restart and of the Frank–Wolfe rounds' result fail (made to): the rescue's
+    two restarts run after the first, from starts of their own, and the best of them is checked: taken
+    where it passes, else the rounds' result stands. Where the first check passes, none of this runs."""
     reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
-    checked, verdicts, measures = reconstruct_module.round_trip, iter([False, True]), []
+    checked, verdicts, measures = reconstruct_module.round_trip, iter([False, False, rescue_passes]), []
 
-    def first_fails(setup, points, weights):
+    def made_to(setup, points, weights):
         measures.append(weights)
         return replace(checked(setup, points, weights), reproduces=next(verdicts))
 
-    monkeypatch.setattr(reconstruct_module, "round_trip", first_fails)
+    monkeypatch.setattr(reconstruct_module, "round_trip", made_to)
     config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=2)
-    rescued = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
-    objectives = rescued.restart_objectives
-    assert len(measures) == 2 and len(objectives) == 3 and rescued.history["objective"].shape[0] == 3
-    assert rescued.best_restart == int(np.argmin(objectives)) and rescued.objective == objectives.min()
-    assert np.array_equal(measures[1], rescued.measure.weights) and rescued.checked[1].reproduces
-    assert "refine_objectives" not in rescued.history
+    result = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+    objectives = result.restart_objectives
+    assert len(measures) == 3 and len(objectives) == 3 and result.rescued() == 2
     assert len(set(objectives.tolist())) == 3  # three starts, three ends
-    monkeypatch.setattr(reconstruct_module, "round_trip", checked)
-    alone = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
-    assert alone.restart_objectives.tolist() == [objectives[0]] and alone.checked[1].reproduces
+    assert result.self_check is result.checked[1] and result.self_check.reproduces == rescue_passes
+    if rescue_passes:
+        rescued_best = 1 + int(np.argmin(objectives[1:]))
+        assert result.best_restart == rescued_best and result.objective == objectives[rescued_best]
+        assert (
+            np.array_equal(measures[2], result.measure.weights) and "refine_objectives" not in result.history
+        )
+        monkeypatch.setattr(reconstruct_module, "round_trip", checked)
+        alone = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+        assert alone.restart_objectives.tolist() == [objectives[0]] and alone.self_check.reproduces
+    else:
+        assert result.best_restart == 0 and np.array_equal(measures[1], result.measure.weights)
+        assert result.objective == result.history["refine_objectives"][-1]
 
 
 def test_the_heaviest_points_of_each_stratum_are_kept_stratum_by_stratum():

@@ -3,6 +3,7 @@ checkpoint of another attack is refused (exit 2 from the command line) unless st
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from dataclasses import replace
@@ -76,6 +77,32 @@ def test_a_run_stopped_after_its_first_round_resumes_to_the_same_result(tmp_path
         )
     with pytest.raises(br.ReconError, match=r"differs in: seed"):
         attack(seed=1, checkpoint=folder)
+
+
+def test_an_attack_stopped_during_the_rescue_resumes_to_the_same_result(tmp_path, monkeypatch):
+    """The first restarts fail the self-check (made to), so the rescue's two run, a round each: stopped
+    after the first of them, the attack resumes to the result of a run never stopped, and once finished
+    reads everything back."""
+    reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
+    checked = reconstruct_module.round_trip
+    monkeypatch.setattr(reconstruct_module, "round_trip", lambda *a: replace(checked(*a), reproduces=False))
+    config = replace(CONFIG, bootstrap=0, rounds_at_once=1, refine_rounds=0)
+    reference = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=config)
+    assert reference.rescued() == 2
+
+    def stop_after_the_rescues_first_round(done: int, total: int) -> None:
+        if done == 4:
+            assert total == 6  # three restarts, two rescued, and the check
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=config, checkpoint=tmp_path,
+                       progress=stop_after_the_rescues_first_round)  # fmt: skip
+    assert len(list(tmp_path.glob("round-*.npz"))) == 4
+    resumed = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=config, checkpoint=tmp_path)
+    assert same(resumed, reference)
+    again = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=config, checkpoint=tmp_path)
+    assert again.compile_seconds == 0 and same(again, reference) and again.rescued() == 2
 
 
 def stale_checkpoint(folder):
