@@ -5,8 +5,9 @@ round, called once per batch of ``restarts_at_once``) and writes each round's ou
 ``FOLDER/round-NNNNN.npz`` as soon as it ends (atomically: a killed run leaves whole files only).
 Run again with the same folder, it loads the rounds already there and runs only the rest; a round's
 inputs depend on the seed and its restart index only, so the result is bitwise the one an
-uninterrupted run gives. One more file after the rounds keeps the Frank–Wolfe rounds' result
-(:mod:`bayes_recon.refine`), or that the stages' result passed the self-check and none ran.
+uninterrupted run gives. One more file after the rounds keeps the repairs' record: the Frank–Wolfe
+rounds' result (:mod:`bayes_recon.refine`) where they ran, and whether the rescue's best restart was
+taken.
 
 ``FOLDER/fingerprint.json`` says which attack the rounds belong to: the model (name and source),
 the draws (a hash of their bytes), the free, fixed and support arguments, the number of points,

@@ -51,8 +51,8 @@ CONFIG_OPTIONS = {
     "the cores, as memory allows; 1 on an accelerator; as many as the cores can hang)",
     "steps": "optimisation steps that move every point and weight (and polish them in each Frank–Wolfe "
     "round)",
-    "rescue_restarts": "restarts run when the best restart fails the self-check, before any Frank–Wolfe "
-    "round (0: none)",
+    "rescue_restarts": "restarts run when the best restart and the Frank–Wolfe rounds' result fail the "
+    "self-check; the best of them is taken if it passes (0: none)",
     "refine_rounds": "Frank–Wolfe rounds on the best restart when it fails the self-check: points added "
     "where weight lowers the objective, weights solved exactly (0: none)",
     "estimator": "Fisher-divergence estimator (auto: exact up to 20 parameters)",
@@ -658,7 +658,8 @@ def describe_restarts(recon: Any) -> str:
     from bayes_recon.verdict import passed_over_words
 
     if added:
-        total = f"{total} ({added} added because the best of the first {total - added} failed the self-check)"
+        first = total - added
+        total = f"{total} ({added} added: the best of the first {first} and its repair failed the self-check)"
     passed_over = passed_over_words(recon.passed_over())
     if at_best < 2:
         return (

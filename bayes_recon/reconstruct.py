@@ -109,8 +109,9 @@ class ReconConfig:
     covariates aligned so that the linear predictor barely varied, 4.5 Monte Carlo tolerances above the
     truth, and two of six restarts of that seed reached the truth's objective. The rounds only move the
     measure they are given (there, to below the truth's objective on the draws' noise, still failing
-    the check); a restart starts afresh. Their keys come apart from the first restarts', which are the
-    same whatever their number.
+    the check); a restart starts afresh. Where the rescue's best fails too, the rounds' result (or the
+    best restart) stands. Their keys come apart from the first restarts', which are the same whatever
+    their number.
 
     ``refine_rounds``: Frank–Wolfe rounds (:mod:`bayes_recon.refine`) on the best restart's measure
     when it fails the self-check: points added where weight would lower the objective, the weights
@@ -222,7 +223,7 @@ class Reconstruction:
     seconds: float  # wall time of the whole attack, compilation included
     compile_seconds: float
     setup: AttackSetup
-    # the self-check the attack ran (the Frank–Wolfe gate) and the measure it checked
+    # the last self-check the attack ran, of the measure it returns (None when resumed past its repairs)
     checked: tuple[WeightedMeasure, SelfCheck] | None = None
 
     @cached_property
@@ -258,8 +259,9 @@ class Reconstruction:
         return _admissible(self.history["information"], self.setup.draws.shape[1])
 
     def rescued(self) -> int:
-        """How many restarts were added because the best of the first failed the self-check (see
-        ``ReconConfig.rescue_restarts``); they follow the first in :attr:`restart_objectives`."""
+        """How many restarts were added because the best of the first failed the self-check and so did the
+        Frank–Wolfe rounds' result (see ``ReconConfig.rescue_restarts``); they follow the first in
+        :attr:`restart_objectives`, and are the result only where their best passed its check."""
         return len(self.restart_objectives) - self.config.restarts
 
     def passed_over(self) -> int:
@@ -408,7 +410,8 @@ def reconstruct(
     The restarts run in rounds of ``config.restarts_at_once``, each a call of one compiled program
     (which holds no host callback, so JAX's persistent compilation cache can keep it), followed by
     ``config.bootstrap`` rounds on resampled draws, started from the best restart; the rescue's rounds
-    run before those where the best restart fails the self-check (``config.rescue_restarts``).
+    run before those where the best restart and the Frank–Wolfe rounds' result fail the self-check
+    (``config.rescue_restarts``).
     ``progress(done, total)``: rounds done out of all, called once the program is compiled (the
     rounds run from then on) and after every round; the total grows by the rescue's rounds when they run.
     ``checkpoint``: a folder where every finished round is kept; a run with the same folder and
@@ -646,6 +649,9 @@ def reconstruct(
         units = rounds + len(rescue) + config.bootstrap + checking
         run_all(rescue, cold)
         arrays = restarts_run(True)
+        final, information = arrays["final"][config.restarts :], arrays["information"][config.restarts :]
+        if not np.any(np.isfinite(final) & within_information_bound(information, z.shape[1])):
+            return record, checked  # none the draws can check
         rescued = _measure_of(arrays, best_of(arrays, config.restarts))
         rescued_gate = round_trip(setup, rescued.points, rescued.weights)
         if rescued_gate.reproduces:

@@ -219,7 +219,7 @@ def test_restarts_that_reach_one_objective_with_different_statistics_are_called_
     assert differ in loose
     assert "only loosely" in loose
     rescued = cli.describe_restarts(Restarts(tight, added=2))
-    assert "2 of 3 (2 added because the best of the first 1 failed the self-check) reached" in rescued
+    assert "2 of 3 (2 added: the best of the first 1 and its repair failed the self-check) reached" in rescued
     walled = cli.describe_restarts(Restarts(tight, beyond=1))
     assert (
         "2 of 3 reached the best objective, and 1 was passed over for ending on points that carry" in walled

@@ -119,10 +119,11 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
 
 
 @pytest.mark.parametrize("rescue_passes", [True, False])
-def test_where_the_rounds_result_fails_too_the_rescues_restarts_run(monkeypatch, rescue_passes):
+def test_where_the_rounds_result_fails_too_the_rescues_restarts_run(tmp_path, monkeypatch, rescue_passes):
     """The checks of the best restart and of the Frank–Wolfe rounds' result fail (made to): the rescue's
     two restarts run after the first, from starts of their own, and the best of them is checked: taken
-    where it passes, else the rounds' result stands. Where the first check passes, none of this runs."""
+    where it passes, else the rounds' result stands; run again on its checkpoint, the attack reads the
+    choice back. Where the first check passes, none of this runs."""
     reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
     checked, verdicts, measures = reconstruct_module.round_trip, iter([False, False, rescue_passes]), []
 
@@ -132,11 +133,15 @@ def test_where_the_rounds_result_fails_too_the_rescues_restarts_run(monkeypatch,
 
     monkeypatch.setattr(reconstruct_module, "round_trip", made_to)
     config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=2)
-    result = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
+    result = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config, checkpoint=tmp_path)
     objectives = result.restart_objectives
     assert len(measures) == 3 and len(objectives) == 3 and result.rescued() == 2
     assert len(set(objectives.tolist())) == 3  # three starts, three ends
     assert result.self_check is result.checked[1] and result.self_check.reproduces == rescue_passes
+    monkeypatch.setattr(reconstruct_module, "round_trip", None)  # a run that reached a check would fail
+    again = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config, checkpoint=tmp_path)
+    assert again.best_restart == result.best_restart and again.objective == result.objective
+    assert np.array_equal(again.measure.weights, result.measure.weights) and again.rescued() == 2
     if rescue_passes:
         rescued_best = 1 + int(np.argmin(objectives[1:]))
         assert result.best_restart == rescued_best and result.objective == objectives[rescued_best]
