@@ -735,9 +735,10 @@ def describe_identifiability(check: Any) -> str:
         linear = (
             "The responses enter the likelihood linearly through "
             + ", ".join(found.linear_in_response)
-            + " (a canonical link): the release determines these sums best; N and the covariates' "
-            "moments enter only through the non-linear part and may be weakly determined (reconstruct "
-            "reports their standard errors).\n"
+            + " (a canonical link). At the posterior's mode each equals its expected value under the model, "
+            "a sum over the covariates' rows, so the release determines these sums only as tightly as the "
+            "covariates' distribution; N and the covariates' moments enter through the non-linear part and "
+            "may be weakly determined (reconstruct reports their standard errors).\n"
             if found.linear_in_response
             else ""
         )

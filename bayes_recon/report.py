@@ -128,7 +128,9 @@ def _identifiable(check: Identifiability) -> list[str]:
 def _not_polynomial(check: Identifiability) -> list[str]:
     linear = (
         f" The responses enter the likelihood linearly through {escape(', '.join(check.linear_in_response))} "
-        "(a canonical link): the release determines these sums best."
+        "(a canonical link). At the posterior's mode each equals its expected value under the model, a sum "
+        "over the covariates' rows, so the release determines these sums only as tightly as the covariates' "
+        "distribution."
         if check.linear_in_response
         else ""
     )
