@@ -86,7 +86,10 @@ def statistic_covariance(
     sandwich: Sandwich, statistic: Callable[[Data, Array], Array]
 ) -> tuple[np.ndarray, np.ndarray]:
     """A differentiable statistic of the measure, ``statistic(points, weights)`` (K,), at the sandwich's
-    measure, and its Monte Carlo covariance (K, K) by the delta method."""
+    measure, and its Monte Carlo covariance (K, K) by the delta method. A variance that cannot be had
+    (the objective's derivatives at the measure are not finite) is infinite, not NaN: nothing is known
+    of that statistic. A Poisson's rate written exp(η) does that at a pseudo-point where η < −177 at some
+    draw: the fourth derivatives of log(exp(η)) divide by the rate's fourth power, which underflows."""
 
     def at(p: Array) -> Array:
         return jnp.ravel(statistic(*sandwich.unpack(p)))
@@ -103,7 +106,10 @@ def statistic_covariance(
     n_draws = len(influence)
     covariance = influence.T @ influence / (n_draws * (n_draws - 1))
     inflation = np.sqrt(n_draws / effective_size(influence))
-    return np.asarray(value), covariance * np.outer(inflation, inflation)
+    covariance = covariance * np.outer(inflation, inflation)
+    unknown = ~np.isfinite(np.diag(covariance))
+    covariance[np.diag_indices_from(covariance)] = np.where(unknown, np.inf, np.diag(covariance))
+    return np.asarray(value), covariance
 
 
 def effective_size(values: np.ndarray) -> np.ndarray:

@@ -79,6 +79,17 @@ def test_a_statistic_asking_for_a_column_the_measure_lacks_is_named():
 
 
 @attack_numerics
+def test_a_statistic_whose_variance_cannot_be_had_is_infinitely_uncertain():
+    """A Hessian that is not finite (a likelihood whose derivatives underflow at a point) gives an
+    infinite variance, which reads as "not determined", not NaN."""
+    sandwich, points = _sandwich(0.3 + 2.0 * np.random.default_rng(0).normal(size=100))
+    broken = sandwich._replace(inverse_hessian=np.full_like(sandwich.inverse_hessian, np.nan))
+    _, covariance = statistic_covariance(broken, lambda data, w: jnp.stack([w @ data["x"], w.sum()]))
+    assert np.all(np.diag(covariance) == np.inf)
+    assert set(moment_errors(broken, points).values()) == {np.inf}
+
+
+@attack_numerics
 def test_autocorrelated_draws_count_for_their_effective_size():
     rho = 0.8
     theta = _ar1(20_000, rho, seed=1)
