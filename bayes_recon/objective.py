@@ -63,7 +63,6 @@ class Objectives(NamedTuple):
     minibatch: PseudoObjective | None
     coarse_in_mass: MassQuadratic
     coarse_hessian: PseudoHessian
-    full_error: PseudoObjective  # the Monte Carlo standard error of ``full``'s value
 
 
 # Memory bounds, in draws × pseudo-points × d·t, where d is the number of parameters and t the
@@ -152,21 +151,29 @@ def metric_root(estimator: Estimator) -> Callable[[Array, Array | None], Array]:
     return lambda vector, v: vector
 
 
-def build_draw_terms(
+def build_mass_quadratic(
     problem: ScoreMatching,
     draws: Array,
     seed: int,
     batch_size: int | None = None,
-) -> Callable[[pseudo.Pseudo, Array, Array], tuple[Array, Array, Array, Array]]:
-    """(params, base points, key) → every draw's (a, b, c) of :func:`build_mass_quadratic` (S,) each,
-    and every pseudo-point's information at it (S, points): the per-draw terms the objective averages."""
+) -> MassQuadratic:
+    """(params, base points, key) → (a, b, c): the score-matching objective of the weighted posterior
+    plus the information penalty, at t times the pseudo-data's weights, is a t² + b t + c (the weighted
+    log-likelihood is linear in the weights). From every point's own terms (:func:`point_terms`), in
+    forward derivatives only, with the penalty's scores among them: at t = 1 the value of
+    :func:`bayes_recon.divergence.score_matching_objective` of the weighted log density plus
+    :func:`information_penalty`, to rounding.
+
+    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key, the penalty
+    on them too; otherwise all draws with slices fixed once (from ``seed``), so it is deterministic.
+    """
     layout, estimator, n_slices = problem.layout, problem.estimator, problem.n_slices
     n_draws, dim = draws.shape
     fixed_slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
     prior = prior_terms(problem)
     root = metric_root(estimator)
 
-    def terms(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array, Array]:
+    def quadratic(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array]:
         points, w = pseudo.measure(layout, params, base)
         at_once = max(1, GRADIENT_BUDGET // (w.shape[0] * dim * value_size(estimator, dim, n_slices)))
         on, slices = draws, fixed_slices
@@ -188,46 +195,10 @@ def build_draw_terms(
                 jnp.sum(scores**2, axis=1),
             )
 
-        return map_in_chunks(at_draw, (on, slices), at_once)
-
-    return terms
-
-
-def build_mass_quadratic(
-    problem: ScoreMatching,
-    draws: Array,
-    seed: int,
-    batch_size: int | None = None,
-) -> MassQuadratic:
-    """(params, base points, key) → (a, b, c): the score-matching objective of the weighted posterior
-    plus the information penalty, at t times the pseudo-data's weights, is a t² + b t + c (the weighted
-    log-likelihood is linear in the weights). From every point's own terms (:func:`point_terms`), in
-    forward derivatives only, with the penalty's scores among them: at t = 1 the value of
-    :func:`bayes_recon.divergence.score_matching_objective` of the weighted log density plus
-    :func:`information_penalty`, to rounding.
-
-    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key, the penalty
-    on them too; otherwise all draws with slices fixed once (from ``seed``), so it is deterministic.
-    """
-    terms, dim = build_draw_terms(problem, draws, seed, batch_size), draws.shape[1]
-
-    def quadratic(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array]:
-        a, b, c, information = terms(params, base, batch_key)
+        a, b, c, information = map_in_chunks(at_draw, (on, slices), at_once)
         return jnp.mean(a), jnp.mean(b), jnp.mean(c) + penalty_of(jnp.mean(information, axis=0), dim)
 
     return jax.jit(quadratic)
-
-
-def build_standard_error(problem: ScoreMatching, draws: Array, seed: int) -> PseudoObjective:
-    """The Monte Carlo standard error of :func:`build_objective`'s value (the same arguments): the sd of
-    its per-draw terms over √S (the information penalty is one number, not a term per draw)."""
-    terms = build_draw_terms(problem, draws, seed)
-
-    def error(params: pseudo.Pseudo, base: Array, key: Array) -> Array:
-        a, b, c, _ = terms(params, base, key)
-        return jnp.std(a + b + c, ddof=1) / jnp.sqrt(a.shape[0])
-
-    return jax.jit(error)
 
 
 def build_objective(

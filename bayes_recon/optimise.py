@@ -191,16 +191,15 @@ def minimise(
     record: Callable[[Any], Any] = lambda params: (),
     tol: float = 1e-12,
     patience: int | None = None,
-    atol: Array | float = 0.0,
     hessian: Objective | None = None,
     limit: Array | None = None,
 ) -> tuple[RunState, Array, Any, Array]:
     """Up to ``steps`` updates: the best state (the last for Adam), objective and ``record(params)``
     per step, and steps taken.
 
-    The loop stops early once ``patience`` steps in a row change the objective by less than ``tol``
-    (relative) or ``atol`` (absolute); never for Adam, whose objective may be a minibatch. The traces then
-    repeat the final values, so they always have ``steps`` rows.
+    The loop stops early once ``patience`` steps in a row change the objective by less than
+    ``tol`` (relative; never for Adam, whose objective may be a minibatch); the traces then repeat
+    the final values, so they always have ``steps`` rows.
     Under ``vmap`` (restarts) it runs until every restart has stopped. Pure and traceable: no host
     callback, so the compiled program can go to JAX's persistent cache. ``limit``: a traced cap
     below ``steps`` (one compiled loop serving several stages).
@@ -228,8 +227,7 @@ def minimise(
     def body(loop: Loop) -> Loop:
         new = optimiser.step(loop.state)
         best = tree_where(new.value < loop.best.value, new, loop.best)
-        change = jnp.abs(new.value - loop.state.value)
-        still = (change <= tol * jnp.maximum(1.0, jnp.abs(new.value))) | (change <= atol)
+        still = jnp.abs(new.value - loop.state.value) <= tol * jnp.maximum(1.0, jnp.abs(new.value))
         calm = jnp.where(still & (not stochastic), loop.calm + 1, 0)
         rest = jnp.arange(steps) >= loop.index
         values = jnp.where(rest, new.value, loop.values)

@@ -45,7 +45,6 @@ from bayes_recon.objective import (
     build_mass_quadratic,
     build_objective,
     build_point_derivatives,
-    build_standard_error,
     draw_slices,
     information_penalty,
     kink_bandwidths,
@@ -470,7 +469,6 @@ def reconstruct(
             minibatch=None if minibatch is None else build_objective(problem, draws, seed + 1, minibatch),
             coarse_in_mass=build_mass_quadratic(problem, coarse_draws, seed + 3),
             coarse_hessian=build_hessian(problem, coarse_draws, seed + 3),
-            full_error=build_standard_error(problem, draws, seed + 1),
         )
 
     keys = jnp.concatenate(  # the rescue's keys apart: the first restarts' do not depend on their number

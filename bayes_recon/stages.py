@@ -286,14 +286,6 @@ def stratum_shares(weighted: WeightedModel, layout: pseudo.Layout, theta_mean: A
 # of the oracle either way: 53 s a round against 23 s.
 CLOUD_TOL = 1e-6
 FINE_TOL = 1e-9
-# A cloud stage on the subset of draws also stops once two steps in a row change its objective by less
-# than this share of the Monte Carlo standard error of the objective on every draw (at the stage's start).
-# A count's interpolated log-probability has kinks at the integers, where Newton's quadratic model fails and
-# its steps creep: a negative binomial regression (N = 100, k = 3) took 36 + 32 steps on the subset, the
-# last twenty of each gaining under 0.001 (a fiftieth of the standard error), where the same stages without
-# the kinks took 7 + 6 to the same basin. Not on every draw: there the gains come unevenly (0.006, 0.003,
-# then 0.012, 0.067 a step), and a stop after two small ones cut a restart short at -2.18 instead of -2.44.
-CREEP = 0.02
 
 
 class CloudStage(NamedTuple):
@@ -431,15 +423,9 @@ def run_stages(
 
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
         begun = responded(cloud)
-        start = tree_where(free(stage), begun.cloud, cloud)
-        error = jax.lax.cond(  # only where it is used
-            stage.all_draws | (stage.limit == 0),
-            lambda: jnp.zeros((), base.dtype),
-            lambda: objectives.full_error(fitted(stage, begun.points, start), base, keys[0]),
-        )
         final, values, records, taken = minimise(
             partial(cloud_objective, stage, begun.points),
-            start,
+            tree_where(free(stage), begun.cloud, cloud),
             keys[0],
             config.coarse_steps,
             newton,
@@ -447,7 +433,6 @@ def run_stages(
             hessian=partial(subset_hessian, stage, begun.points),
             tol=CLOUD_TOL,
             patience=2,  # Newton converges quadratically: two calm steps in a row are the end
-            atol=jnp.where(stage.all_draws, 0.0, CREEP * error),
             limit=stage.limit,
         )
         return final.params, (fitted(stage, begun.points, final.params), values, records, taken, cloud)

@@ -181,21 +181,6 @@ def test_the_objective_is_its_quadratic_in_the_mass(estimator):
             np.testing.assert_allclose(float(objective(scaled, base, None)), expected, rtol=1e-11)
 
 
-@pytest.mark.parametrize("estimator", ["exact", "sliced_vr"])
-def test_the_standard_error_is_the_score_matching_terms_sd_over_root_s(estimator):
-    """The objective's Monte Carlo standard error: its per-draw terms' sd over √S (the penalty, one number
-    for all draws, adds none)."""
-    problem, z, params, base = logistic_attack(estimator, 1)
-    weighted, coordinates = problem.weighted, problem.coordinates
-    points, w = pseudo.measure(problem.layout, params, base)
-    bandwidths = kink_bandwidths(weighted, coordinates, points, z)
-    log_q = coordinates.pull_back(lambda th: weighted.log_density(th, points, w, bandwidths))
-    slices = draw_slices(estimator, jax.random.PRNGKey(5), z.shape[0], 3, z.shape[1])
-    terms = np.asarray(score_matching_terms(log_q, z, slices, estimator, None))
-    found = objective_module.build_standard_error(problem, z, 5)(params, base, None)
-    np.testing.assert_allclose(float(found), np.std(terms, ddof=1) / np.sqrt(len(terms)), rtol=1e-9)
-
-
 KINKED = {  # a location model's likelihood, and the size of the jump in its log-density's slope
     "laplace": (lambda theta: dist.Laplace(theta, 1.0), 2.0),
     "asymmetric": (lambda theta: dist.AsymmetricLaplace(theta, 1.0, 2.0), 1 / 2 + 2),
