@@ -735,10 +735,12 @@ def describe_identifiability(check: Any) -> str:
         linear = (
             "The responses enter the likelihood linearly through "
             + ", ".join(found.linear_in_response)
-            + " (a canonical link). At the posterior's mode each equals its expected value under the model, "
-            "a sum over the covariates' rows, so the release determines these sums only as tightly as the "
-            "covariates' distribution; N and the covariates' moments enter through the non-linear part and "
-            "may be weakly determined (reconstruct reports their standard errors).\n"
+            + " (a canonical link). At the posterior's mode each equals its expected value under the model "
+            "(up to the prior's pull), a sum over the covariates' rows, so the release determines these "
+            "sums only as tightly as the covariates' distribution (a Poisson regression with an intercept "
+            "ties them to the Fisher information, which the draws' spread pins; a logistic one does not); "
+            "N and the covariates' moments enter through the non-linear part and may be weakly determined "
+            "(reconstruct reports their standard errors).\n"
             if found.linear_in_response
             else ""
         )

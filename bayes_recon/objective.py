@@ -9,9 +9,8 @@ each draw (:func:`point_terms`) and the prior's (:func:`prior_terms`): the objec
 quadratic in the total mass (:func:`build_mass_quadratic`, the grid's), and its Hessian in the
 pseudo-data's parameters from derivatives in each point's own coordinates, with every draw's gradient
 (:func:`build_point_derivatives`: Newton's, through :func:`build_hessian`, and the standard errors'
-sandwich), and its Monte Carlo standard error (:func:`build_standard_error`). The memory budgets
-(:data:`GRADIENT_BUDGET`, :data:`VALUE_BUDGET`) decide how many draws (or grid candidates) go through at
-once.
+sandwich). The memory budgets (:data:`GRADIENT_BUDGET`, :data:`VALUE_BUDGET`) decide how many draws
+(or grid candidates) go through at once.
 """
 
 from __future__ import annotations

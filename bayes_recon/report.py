@@ -128,9 +128,10 @@ def _identifiable(check: Identifiability) -> list[str]:
 def _not_polynomial(check: Identifiability) -> list[str]:
     linear = (
         f" The responses enter the likelihood linearly through {escape(', '.join(check.linear_in_response))} "
-        "(a canonical link). At the posterior's mode each equals its expected value under the model, a sum "
-        "over the covariates' rows, so the release determines these sums only as tightly as the covariates' "
-        "distribution."
+        "(a canonical link). At the posterior's mode each equals its expected value under the model (up to "
+        "the prior's pull), a sum over the covariates' rows, so the release determines these sums only as "
+        "tightly as the covariates' distribution (a Poisson regression with an intercept ties them to the "
+        "Fisher information, which the draws' spread pins; a logistic one does not)."
         if check.linear_in_response
         else ""
     )

@@ -88,8 +88,9 @@ def statistic_covariance(
     """A differentiable statistic of the measure, ``statistic(points, weights)`` (K,), at the sandwich's
     measure, and its Monte Carlo covariance (K, K) by the delta method. A variance that cannot be had
     (the objective's derivatives at the measure are not finite) is infinite, not NaN: nothing is known
-    of that statistic. A Poisson's rate written exp(η) does that at a pseudo-point where η < −177 at some
-    draw: the fourth derivatives of log(exp(η)) divide by the rate's fourth power, which underflows."""
+    of that statistic (its covariances stay NaN). A Poisson's rate written exp(η) does that at a
+    pseudo-point where η < −177 at some draw: the fourth derivatives of log(exp(η)) divide by the rate's
+    fourth power, which underflows."""
 
     def at(p: Array) -> Array:
         return jnp.ravel(statistic(*sandwich.unpack(p)))

@@ -83,7 +83,9 @@ def test_a_statistic_whose_variance_cannot_be_had_is_infinitely_uncertain():
     """A Hessian that is not finite (a likelihood whose derivatives underflow at a point) gives an
     infinite variance, which reads as "not determined", not NaN."""
     sandwich, points = _sandwich(0.3 + 2.0 * np.random.default_rng(0).normal(size=100))
-    broken = sandwich._replace(inverse_hessian=np.full_like(sandwich.inverse_hessian, np.nan))
+    hessian = np.eye(len(sandwich.phi))
+    hessian[0, 1] = hessian[1, 0] = np.nan
+    broken = sandwich_of(sandwich.phi, sandwich.unpack, hessian, sandwich.gradients)
     _, covariance = statistic_covariance(broken, lambda data, w: jnp.stack([w @ data["x"], w.sum()]))
     assert np.all(np.diag(covariance) == np.inf)
     assert set(moment_errors(broken, points).values()) == {np.inf}
