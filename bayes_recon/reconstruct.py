@@ -57,7 +57,13 @@ from bayes_recon.precision import attack_numerics
 from bayes_recon.refine import build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
-from bayes_recon.standard_errors import Sandwich, build_sandwich, moment_errors, statistic_covariance
+from bayes_recon.standard_errors import (
+    Sandwich,
+    build_sandwich,
+    moment_errors,
+    statistic_covariance,
+    tilted_moves,
+)
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
@@ -345,6 +351,36 @@ class Reconstruction:
         """Any differentiable statistic of the measure, ``statistic(points, weights)`` (K,) in JAX,
         at the result, and its Monte Carlo covariance (K, K) (see :attr:`standard_errors`)."""
         return statistic_covariance(self._sandwich, statistic)
+
+    @cached_property
+    @attack_numerics
+    def checked_standard_errors(self) -> dict[str, float]:
+        """:attr:`standard_errors` checked one standard error out: each times how far its statistic moved
+        when the objective was tilted to move it by one (:func:`bayes_recon.standard_errors.tilted_moves`;
+        at least 1, infinite where the tilt ran off). The sandwich is a quadratic model of the objective at
+        the optimum; along a long, curved valley (a binomial regression's Σ y·x) it understates, and this
+        says by how much. Costs two runs of up to 50 L-BFGS steps on every draw per statistic: kidiq at
+        M = 50, six statistics, 20.6 s (its attack: 22.8 s)."""
+        return moment_errors(self._sandwich, self.measure.points, self._objective_at_phi())
+
+    @attack_numerics
+    def statistic_tilts(self, statistic: Callable[[Mapping[str, Array], Array], Array]) -> np.ndarray:
+        """The standard errors of :meth:`statistic_covariance` checked one standard error out
+        (:func:`bayes_recon.standard_errors.tilted_moves`): (2, K), each statistic's move, in its standard
+        errors, when the objective is tilted to move it by one (up, then down). ±1 where the errors hold;
+        well beyond, the draws hold the statistic more loosely than its standard error says."""
+        return tilted_moves(self._sandwich, self._objective_at_phi(), statistic)
+
+    def _objective_at_phi(self) -> Callable[[Array], Array]:
+        """The attack's objective as a function of the sandwich's parameters φ (points and log-weights)."""
+        terms, penalty = self._objective_parts()
+        unpack = self._sandwich.unpack
+
+        def objective(phi: Array) -> Array:
+            points, weights = unpack(phi)
+            return jnp.mean(terms(points, weights)) + penalty(points)
+
+        return objective
 
     @cached_property
     def _sandwich(self) -> Sandwich:

@@ -27,6 +27,14 @@ FLAT × the largest, not truncated: a nearly flat direction with noise along it 
 (what moves along it is not determined), while the measure's symmetries (a weight moved between
 coincident points, a weightless point moved) carry no noise and add nothing. A negative eigenvalue
 (a direction the optimum did not settle in) counts by its size.
+
+The sandwich is a quadratic model of the objective at the optimum; along a long, curved valley it
+understates. :func:`tilted_moves` checks it one standard error out: it tilts the objective so that,
+were the model right, the optimum would move the statistic by exactly one standard error, and
+measures how far it does move. A binomial regression (N = 1,000, one covariate, M = 50) recovered
+Σ y·x 5.8 standard errors from the truth; tilted, it moved 3.1 errors in 50 steps (12.5 in 300, and
+N ran off), so the checked error puts the truth 1.9 errors away. The check goes one way: a move
+short of one error may be a tilted run that had not got far in its steps, not a steeper objective.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_recon.objective import PointDerivatives, PointsOf
+from bayes_recon.optimise import OptimiserConfig, minimise
 from bayes_recon.pseudo import Layout
 from recon_core.errors import ReconError
 
@@ -48,6 +57,10 @@ Data = Mapping[str, Array]
 
 FLAT = 1e-9  # of the scaled H's largest |eigenvalue|, added to every |eigenvalue| before inverting
 TINY = 1e-300  # weights that underflowed to 0 (their log), columns without spread (their sd)
+# L-BFGS steps of a tilted optimum: where the quadratic model holds, a few dozen converge (kidiq: 25);
+# where it does not, the statistic is already several standard errors away by then
+TILT_STEPS = 50
+RAN_OFF = 100.0  # standard errors a one-error tilt moved a statistic beyond which nothing bounds it
 
 
 Unpack = Callable[[Array], tuple[dict[str, Array], Array]]  # φ → (points, weights)
@@ -113,6 +126,56 @@ def statistic_covariance(
     return np.asarray(value), covariance
 
 
+def tilted_moves(
+    sandwich: Sandwich,
+    objective: Callable[[Array], Array],
+    statistic: Callable[[Data, Array], Array],
+    steps: int = TILT_STEPS,
+) -> np.ndarray:
+    """Each statistic's move, in its standard errors, at the optimum of the ``objective`` (a function of
+    the sandwich's φ) tilted to move it by one standard error under the sandwich's quadratic model: (2, K),
+    up then down, ±1 where the model holds.
+
+    The tilt adds −λ t_k with λ = ±se_k / (∇t_k H⁻¹ ∇t_k): a quadratic objective's optimum then moves by
+    λ H⁻¹ ∇t_k, which changes t_k by exactly ±se_k. The tilted optima start at the sandwich's measure
+    and run one after another, by L-BFGS over every point and weight for at most ``steps`` steps, after
+    an untilted run whose end the moves are measured from (a measure a little short of the optimum
+    would otherwise count its last steps as a move). A move well beyond one standard error means the
+    objective is flatter along the statistic than the model says, and the standard error understates
+    how loosely the draws hold it. NaN where the standard error is zero or not finite (nothing to
+    check, or nothing known)."""
+    value, covariance = statistic_covariance(sandwich, statistic)
+    error = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+
+    def at(phi: Array) -> Array:
+        return jnp.ravel(statistic(*sandwich.unpack(phi)))
+
+    jacobian = np.asarray(jax.jacfwd(at)(sandwich.phi))
+    curvature = np.einsum("kp,pq,kq->k", jacobian, sandwich.inverse_hessian, jacobian)
+    checked = np.isfinite(error) & (error > 0) & np.isfinite(curvature) & (curvature > 0)
+    pull = np.where(checked, error / np.where(checked, curvature, 1.0), 0.0)
+    size = len(value)
+    tilts = jnp.asarray(np.concatenate([[0.0], pull, -pull]))
+    which = jnp.asarray(np.concatenate([np.zeros((1, size)), np.eye(size), np.eye(size)]))
+
+    def tilted(tilt: Array, direction: Array) -> Array:
+        final, _, _, _ = minimise(
+            lambda phi, key: objective(phi) - tilt * (direction @ at(phi)),
+            sandwich.phi,
+            jax.random.PRNGKey(0),
+            steps,
+            OptimiserConfig("lbfgs"),
+        )
+        return at(final.params)
+
+    # one after another, as the attack runs its restarts on a CPU: the memory of one run, and each stops
+    # when it has converged instead of when the slowest has
+    ends = np.asarray(jax.jit(lambda t, d: jax.lax.map(lambda run: tilted(*run), (t, d)))(tilts, which))
+    moved = ends[1:].reshape(2, size, size)
+    moves = (np.diagonal(moved, axis1=1, axis2=2) - ends[0]) / np.where(checked, error, 1.0)
+    return np.where(checked, moves, np.nan)
+
+
 def effective_size(values: np.ndarray) -> np.ndarray:
     """Effective sample size of each column of ``values`` (S, K) as one sequence (ArviZ's, of the mean:
     Geyer's initial monotone sequence of autocorrelations); at most S, so that draws more spread than
@@ -127,16 +190,28 @@ def effective_size(values: np.ndarray) -> np.ndarray:
     return np.clip(np.nan_to_num(np.asarray(sizes), nan=n_draws), 1.0, n_draws)
 
 
-def moment_errors(sandwich: Sandwich, points: Data) -> dict[str, float]:
+def moment_errors(
+    sandwich: Sandwich, points: Data, objective: Callable[[Array], Array] | None = None
+) -> dict[str, float]:
     """Standard errors of N and of every free coordinate's mean, sd and pairwise covariance, in the
     units of :func:`bayes_recon.reconstruct.statistics_spread` (the keys too): N's over N, a mean's and
     an sd's over that sd, a covariance's over the product of the two sds; unchanged by units and
-    origins. Infinite where it cannot be had: a column without spread, or a Hessian that is not finite."""
+    origins. Infinite where it cannot be had: a column without spread, or a Hessian that is not finite.
+
+    With ``objective`` (the objective as a function of the sandwich's φ), checked one standard error out
+    (:func:`tilted_moves`): each error times how far its statistic moved under a one-error tilt, at
+    least 1, and infinite beyond ``RAN_OFF`` errors (the tilted optimum ran off: nothing bounds the
+    statistic at the objective's cost of one error)."""
     names = list(points)  # the measure's column order, as statistics_spread sees it
-    value, covariance = statistic_covariance(sandwich, moments_of(names))
+    statistic = moments_of(names)
+    value, covariance = statistic_covariance(sandwich, statistic)
     width = sum(int(np.prod(np.shape(points[n])[1:], dtype=int)) for n in names)
     with np.errstate(divide="ignore", invalid="ignore"):
         errors = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+        if objective is not None:
+            moved = np.nanmax(np.abs(tilted_moves(sandwich, objective, statistic)), axis=0)
+            moved = np.where(np.isnan(moved), 1.0, moved)  # unchecked: infinite or zero already
+            errors = errors * np.where(moved > RAN_OFF, np.inf, np.maximum(moved, 1.0))
         sd = value[1 + width : 1 + 2 * width]
         relative = {"total_mass": errors[0] / abs(value[0])}
         for i in range(width):

@@ -6,8 +6,11 @@ independent NUTS chains of the same posterior (started at the true parameters, 5
 attack on the R chains pooled. For N, each covariate's mean and sd and, for a canonical link, Σ y and
 Σ y·x_j (``Reconstruction.statistic_covariance``), it prints the truth, the mean and sd over the R
 chains, the median [min, max] standard error the attacks reported, and sd / se: about 1 when the
-standard errors are the right size (R = 5 pins an sd to about ±35 %), and the pooled attack's value
-with its standard error and z = (value − truth) / standard error.
+standard errors are the right size (R = 5 pins an sd to about ±35 %), the pooled attack's value
+with its standard error and z = (value − truth) / standard error, and the check of the standard
+errors one error out (``Reconstruction.statistic_tilts``): the largest move, over both tilts and the R
+chains, of a statistic whose objective was tilted to move it by one standard error (1 where the
+errors hold; ≥ 2 flags them, printed capped at 1,000).
 
 Run (from the repository root):
     .venv/bin/python benchmarks/bayes_standard_errors.py --families gamma,bernoulli-logit,poisson \\
@@ -71,14 +74,19 @@ def family_rows(family: str, n: int, k: int, m: int, chains: int) -> dict:
     truth = np.concatenate([[n], x.mean(axis=0), x.std(axis=0)])
     if data.family.canonical:
         truth = np.concatenate([truth, bg.sufficient_sums({"X": data.X, "y": y}, np.ones(n))])
-    values, errors, draws = [], [], []
+    values, errors, tilts, draws = [], [], [], []
     for r in range(chains):
         draws.append(chain(data, 1000 + r))
         result = br.reconstruct(data.model, draws[-1], free=data.free, n_points=m, seed=0)
         value, covariance = result.statistic_covariance(statistic)
         values.append(value)
         errors.append(np.sqrt(np.maximum(np.diag(covariance), 0.0)))
-        said = ", ".join(f"{a} {v:.4g} ± {e:.3g}" for a, v, e in zip(names, value, errors[-1], strict=True))
+        tilts.append(result.statistic_tilts(statistic))
+        moves = np.nanmax(np.abs(tilts[-1]), axis=0)
+        said = ", ".join(
+            f"{a} {v:.4g} ± {e:.3g} (tilt {t:.3g})"
+            for a, v, e, t in zip(names, value, errors[-1], moves, strict=True)
+        )
         print(f"{family} chain {r}: {said}", flush=True)
     pooled = {key: np.concatenate([d[key] for d in draws]) for key in draws[0]}
     result = br.reconstruct(data.model, pooled, free=data.free, n_points=m, seed=0)
@@ -87,7 +95,7 @@ def family_rows(family: str, n: int, k: int, m: int, chains: int) -> dict:
     values, errors = np.array(values), np.array(errors)
     return {
         "family": family, "N": n, "k": k, "M": m, "chains": chains, "statistics": names, "truth": truth,
-        "values": values, "standard_errors": errors, "pooled_value": pooled_value,
+        "values": values, "standard_errors": errors, "tilts": np.array(tilts), "pooled_value": pooled_value,
         "pooled_standard_error": pooled_error, "pooled_draws": len(next(iter(pooled.values()))),
     }  # fmt: skip
 
@@ -95,7 +103,7 @@ def family_rows(family: str, n: int, k: int, m: int, chains: int) -> dict:
 def table(rows: list[dict]) -> str:
     lines = [
         f"{'family':<17}{'statistic':<11}{'truth':>11}{'mean':>11}{'sd':>10}  {'se median [min, max]':<30}"
-        f"{'sd/se':>6}  {'pooled ± se (z)':<30}"
+        f"{'sd/se':>6}  {'pooled ± se (z)':<30}{'tilt':>6}"
     ]
     for row in rows:
         for j, name in enumerate(row["statistics"]):
@@ -103,9 +111,10 @@ def table(rows: list[dict]) -> str:
             p, pe = row["pooled_value"][j], row["pooled_standard_error"][j]
             se = f"{np.median(e):.3g} [{e.min():.3g}, {e.max():.3g}]"
             pooled = f"{p:.4g} ± {pe:.3g} ({(p - t) / pe:+.2f})"
+            moved = min(float(np.nanmax(np.abs(row["tilts"][:, :, j]))), 1e3)
             lines.append(
                 f"{row['family']:<17}{name:<11}{t:>11.4g}{v.mean():>11.4g}{v.std(ddof=1):>10.3g}  {se:<30}"
-                f"{v.std(ddof=1) / np.median(e):>6.2f}  {pooled:<30}"
+                f"{v.std(ddof=1) / np.median(e):>6.2f}  {pooled:<30}{moved:>6.3g}"
             )
     return "\n".join(lines)
 

@@ -168,9 +168,9 @@ def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
         "--max-draws",
         "300",
     ]
-    assert main([*argv, "--json", str(out_json), "--save", str(prefix)]) == 0
+    assert main([*argv, "--json", str(out_json), "--save", str(prefix), "--check-errors"]) == 0
     out = capsys.readouterr().out
-    assert "model-induced kernel" in out
+    assert "model-induced kernel" in out and "checked one error out" in out
     rows = _table_rows(out)
     assert rows[("N (total mass)", "")][1] == "434"
     assert {("mean", "mom_iq"), ("var", "kid_score")} <= set(rows)
@@ -179,6 +179,8 @@ def test_real_attack_on_embedded_kidiq(tmp_path, capsys):
     assert (summary["points"], summary["true_n"], summary["config"]["restarts"]) == (10, TRUE_N, 1)
     assert np.isfinite(summary["objective"]) and summary["seconds"] > 0
     assert 0 < summary["relative_mmd_model_kernel"] < 1  # 300 draws, 5 steps: a rough reconstruction
+    errors, checked = summary["standard_errors"], summary["checked_standard_errors"]
+    assert set(checked) == set(errors) and all(checked[k] >= errors[k] * (1 - 1e-9) for k in errors)
     by_name = {(r["statistic"], r["column"]): r for r in summary["rows"]}
     # 300 draws and 5 steps after the cloud stage: N and the means within a few per cent.
     assert by_name[("N (total mass)", None)]["relative_error"] < 0.05
@@ -232,6 +234,7 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
 
         def __init__(self, errors: dict[str, float], unseen_mass: float = 0.0, settled: bool = True) -> None:
             self.standard_errors, self.unseen_mass, self.settled = errors, unseen_mass, settled
+            self.checked_standard_errors = {**errors, "total_mass": errors["total_mass"] * 21}
             self.bootstrap = {"objective": np.array([-2.0, -2.1])}
 
         def converged(self) -> bool:
@@ -263,5 +266,9 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     assert "short of the optimum" not in said
     short = cli.describe_determined(Result(tight, settled=False))  # at the step cap: may understate
     assert short.startswith("the attack stopped short of the optimum (see convergence), so these may")
+    # checked one error out (--check-errors): N's error is as far as a one-error tilt moved it
+    checked = cli.describe_determined(Result(tight), checked=True)
+    assert "checked one error out" in checked and "N by 63\u00a0%" in checked
+    assert "the release does NOT determine these" in checked
     assert cli.describe_bootstrap(Result(tight)).startswith("the attack run again on 2 resamples")
     assert "did not finish" in cli.describe_bootstrap(Result({"total_mass": float("inf")}))

@@ -15,6 +15,7 @@ from bayes_recon.standard_errors import (
     moment_errors,
     sandwich_of,
     statistic_covariance,
+    tilted_moves,
 )
 from recon_core.errors import ReconError
 
@@ -129,6 +130,35 @@ def test_a_column_s_units_do_not_change_its_standard_error():
         scaled = _black_box_sandwich(terms, scaled_points)
         for key, value in moment_errors(base, points).items():
             assert moment_errors(scaled, scaled_points)[key] == pytest.approx(value, rel=1e-6, abs=1e-8), key
+
+
+@attack_numerics
+def test_the_tilt_check_holds_where_the_objective_is_quadratic_and_fails_where_it_flattens():
+    """A tilt meant to move Σ w x by one standard error moves it by one where the objective is the
+    sandwich's quadratic model; replace the fit's square (u − m)² by a·log(1 + (u − m)²/a), which has the
+    same value, slope and curvature at the optimum (so the same sandwich) and flattens a standard error
+    out, and the tilted optimum runs off along u."""
+    theta = 0.3 + 2.0 * np.random.default_rng(5).normal(size=400)
+    sandwich, _ = _sandwich(theta)
+    terms, centre = _terms_of(theta, 0.0), SUM * float(np.mean(theta))
+
+    def total(data: dict, weights: jax.Array) -> jax.Array:
+        return (weights @ data["x"])[None]
+
+    def quadratic(phi: jax.Array) -> jax.Array:
+        return jnp.mean(terms(*sandwich.unpack(phi)))
+
+    error = float(np.sqrt(statistic_covariance(sandwich, total)[1][0, 0]))
+    width = error**2
+
+    def flattening(phi: jax.Array) -> jax.Array:
+        data, weights = sandwich.unpack(phi)
+        off = weights @ data["x"] - centre
+        return quadratic(phi) + (width * jnp.log1p(off**2 / width) - off**2) / SUM**2
+
+    np.testing.assert_allclose(tilted_moves(sandwich, quadratic, total)[:, 0], [1.0, -1.0], atol=0.05)
+    up, down = tilted_moves(sandwich, flattening, total)[:, 0]
+    assert up > 5 and down < -5
 
 
 def _terms_of(theta: np.ndarray, noisy_flat_direction: float):
