@@ -202,7 +202,7 @@ def register_reconstruct(subparsers: Subparsers) -> None:
         "--check-errors",
         action="store_true",
         help="check the standard errors one error out, by tilting the objective (a long, curved valley "
-        "makes them understate); two runs of up to 50 L-BFGS steps per statistic",
+        "makes them understate); two runs of up to 200 L-BFGS steps per statistic",
     )
     _checkpoint_arguments(p, "PREFIX.ckpt beside --save, else OUT.ckpt beside --json")
     p.set_defaults(run=_reconstruct)
@@ -379,15 +379,21 @@ def _reconstruct(args: argparse.Namespace) -> int:
         )
     _say(f"self-check: {recon.self_check.summary()}")
     _say(f"restarts: {describe_restarts(recon)}")
-    _say(f"determined: {describe_determined(recon, checked=args.check_errors)}")
+    _say(f"determined: {describe_determined(recon, tilted=args.check_errors)}")
+    if args.check_errors:
+        _say(f"error check: {describe_error_check(recon)}")
     if len(recon.bootstrap["objective"]):
         _say(f"bootstrap: {describe_bootstrap(recon)}")
     _say(f"convergence: {describe_convergence(recon)}")
     if not recon.self_check.reproduces:
         _say(f"next: {describe_remedies(recon, args.points)}")
     if args.json:
-        checked = {"checked_standard_errors": recon.checked_standard_errors} if args.check_errors else {}
-        _write_json(args.json, attack.to_json() | jsonable(checked))
+        tilted = (
+            {"error_moves": recon.error_moves, "tilted_standard_errors": recon.tilted_standard_errors}
+            if args.check_errors
+            else {}
+        )
+        _write_json(args.json, attack.to_json() | jsonable(tilted))
     if args.save:
         _say(f"saved {recon.measure.save(args.save)}")
     if folder is not None:
@@ -608,27 +614,39 @@ def describe_remedies(recon: Any, points: int) -> str:
     return "the numbers above are not to be trusted; rerun with: " + "; ".join(remedies) + "."
 
 
-def _spread_words(recon: Any, spread: dict[str, float]) -> str:
-    """Each statistic of :func:`bayes_recon.reconstruct.statistics_spread` named, with its spread."""
+def _moment_names(recon: Any) -> Callable[[str], str]:
+    """The name of a statistic of :func:`bayes_recon.reconstruct.statistics_spread` ("N", "the mean of
+    X[0]", "the covariance of X[0] and y") from its key."""
     labels = [  # the history's coordinates: the free columns flattened, in the measure's order
         name if len(v.shape) == 1 else f"{name}[{j}]"
         for name, v in recon.measure.points.items()
         for j in range(math.prod(v.shape[1:]))
     ]
 
-    def named(key: str, value: float) -> str:
-        unbounded = "an unbounded amount"  # a standard error that is not finite
+    def named(key: str) -> str:
         if key == "total_mass":
-            return f"N by {percent(value) if math.isfinite(value) else unbounded}"
+            return "N"
         statistic, index = key.rstrip("]").split("[")
         if statistic == "cov":
             first, second = (labels[int(i)] for i in index.split(","))
-            size = f"{number(value)} (in correlation)" if math.isfinite(value) else unbounded
-            return f"the covariance of {first} and {second} by {size}"
-        size = f"{number(value)} sd" if statistic == "mean" else percent(value)
-        return f"the {statistic} of {labels[int(index)]} by {size if math.isfinite(value) else unbounded}"
+            return f"the covariance of {first} and {second}"
+        return f"the {statistic} of {labels[int(index)]}"
 
-    return ", ".join(named(k, v) for k, v in spread.items())
+    return named
+
+
+def _spread_words(recon: Any, spread: dict[str, float]) -> str:
+    """Each statistic of :func:`bayes_recon.reconstruct.statistics_spread` named, with its spread."""
+    named = _moment_names(recon)
+
+    def size(key: str, value: float) -> str:
+        if not math.isfinite(value):
+            return "an unbounded amount"  # a standard error that is not finite
+        if key.startswith("cov"):
+            return f"{number(value)} (in correlation)"
+        return f"{number(value)} sd" if key.startswith("mean") else percent(value)
+
+    return ", ".join(f"{named(k)} by {size(k, v)}" for k, v in spread.items())
 
 
 def _largest_words(spread: dict[str, float]) -> str:
@@ -689,12 +707,13 @@ def describe_restarts(recon: Any) -> str:
     )
 
 
-def describe_determined(recon: Any, checked: bool = False) -> str:
+def describe_determined(recon: Any, tilted: bool = False) -> str:
     """How tightly the release's draws determine N and the columns' moments (their Monte Carlo standard
-    errors, :attr:`Reconstruction.standard_errors`; ``checked``: those checked one error out,
-    :attr:`Reconstruction.checked_standard_errors`), after whether N is left open by mass on pseudo-points
-    the release barely sees (:attr:`Reconstruction.unseen_mass`). A quantile regression stopped at its
-    step cap had standard errors of 5 % on a covariate's sd 30 % off; 600 steps on, 67 % on 27 %."""
+    errors, :attr:`Reconstruction.standard_errors`; ``tilted``: those widened where the check one error
+    out found the objective flatter, :attr:`Reconstruction.tilted_standard_errors`), after whether N is
+    left open by mass on pseudo-points the release barely sees (:attr:`Reconstruction.unseen_mass`). A
+    quantile regression stopped at its step cap had standard errors of 5 % on a covariate's sd 30 % off;
+    600 steps on, 67 % on 27 %."""
     from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_TILT
 
     unseen = (
@@ -704,13 +723,11 @@ def describe_determined(recon: Any, checked: bool = False) -> str:
         if _leaves_n_open(recon)
         else ""
     )
-    errors = recon.checked_standard_errors if checked else recon.standard_errors
+    errors = recon.tilted_standard_errors if tilted else recon.standard_errors
     runs = "other draws of the same posterior would move the result by about one standard error: "
-    if checked:
+    if tilted:
         runs = (
-            "other draws of the same posterior would move the result by about one standard error, checked "
-            "one error out (where the objective is flatter than its quadratic model, the error is as far as "
-            "a tilt worth one error moved the statistic): "
+            runs[:-2] + " (widened where a tilt worth one error moved a statistic further; see error check): "
         )
     if recon.converged() is False:  # the sandwich describes an optimum; short of it, it may say too little
         runs = "the attack stopped short of the optimum (see convergence), so these may understate: " + runs
@@ -721,6 +738,37 @@ def describe_determined(recon: Any, checked: bool = False) -> str:
         f"{unseen}{runs}{_spread_words(recon, loose)}: the release does NOT determine these; read their "
         "values as one data set it cannot tell from the truth, not as the truth."
     )
+
+
+def describe_error_check(recon: Any) -> str:
+    """What the check of the standard errors one error out found (:attr:`Reconstruction.error_moves`)."""
+    from bayes_recon.standard_errors import TILT_STEPS
+
+    moves, named = recon.error_moves, _moment_names(recon)
+    told = {k: m for k, m in moves.items() if not math.isnan(m)}
+    flatter = [
+        f"{named(k)} {number(m)} errors" if math.isfinite(m) else f"{named(k)} without bound"
+        for k, m in told.items()
+        if m > 1
+    ]
+    if flatter:
+        said = (
+            f"a tilt of the objective worth one standard error moved {', '.join(flatter)}: the objective is "
+            "flatter there than the standard errors assume, and they are widened by that much"
+        )
+    elif told:
+        said = (
+            "a tilt of the objective worth one standard error moved no statistic further than one error "
+            f"(largest {number(max(told.values()))}): the standard errors are not too small by this check"
+        )
+    else:
+        said = "no statistic could be checked"
+    if untold := len(moves) - len(told):
+        said += (
+            f"; {untold} of {len(moves)} could not be checked (a tilted run stopped at its {TILT_STEPS} "
+            "steps short of one error, or the standard error is zero or unbounded)"
+        )
+    return said + ". The check goes one way: a move short of one error does not prove an error right."
 
 
 def describe_bootstrap(recon: Any) -> str:

@@ -32,9 +32,9 @@ The sandwich is a quadratic model of the objective at the optimum; along a long,
 understates. :func:`tilted_moves` checks it one standard error out: it tilts the objective so that,
 were the model right, the optimum would move the statistic by exactly one standard error, and
 measures how far it does move. A binomial regression (N = 1,000, one covariate, M = 50) recovered
-Σ y·x 5.8 standard errors from the truth; tilted, it moved 3.1 errors in 50 steps (12.5 in 300, and
-N ran off), so the checked error puts the truth 1.9 errors away. The check goes one way: a move
-short of one error may be a tilted run that had not got far in its steps, not a steeper objective.
+Σ y·x 5.8 standard errors from the truth; tilted, it moved 5.9 errors (and N without bound), so the
+error widened by that much puts the truth 0.98 errors away. The check goes one way: a move short of
+one error may be a tilted run that had not got far in its steps, not a steeper objective.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ Data = Mapping[str, Array]
 FLAT = 1e-9  # of the scaled H's largest |eigenvalue|, added to every |eigenvalue| before inverting
 TINY = 1e-300  # weights that underflowed to 0 (their log), columns without spread (their sd)
 # L-BFGS steps of a tilted optimum: where the quadratic model holds, a few dozen converge (kidiq: 25);
-# where it does not, the statistic is already several standard errors away by then
-TILT_STEPS = 50
+# along a flat valley the runs crawl (a binomial's Σ y·x: 1.2 errors in 50 steps, 6.4 in 200), and a run
+# stopped here short of one error tells nothing (tilted_moves)
+TILT_STEPS = 200
 RAN_OFF = 100.0  # standard errors a one-error tilt moved a statistic beyond which nothing bounds it
 
 
@@ -137,43 +138,54 @@ def tilted_moves(
     up then down, ±1 where the model holds.
 
     The tilt adds −λ t_k with λ = ±se_k / (∇t_k H⁻¹ ∇t_k): a quadratic objective's optimum then moves by
-    λ H⁻¹ ∇t_k, which changes t_k by exactly ±se_k. The tilted optima start at the sandwich's measure
-    and run one after another, by L-BFGS over every point and weight for at most ``steps`` steps, after
-    an untilted run whose end the moves are measured from (a measure a little short of the optimum
-    would otherwise count its last steps as a move). A move well beyond one standard error means the
-    objective is flatter along the statistic than the model says, and the standard error understates
-    how loosely the draws hold it. NaN where the standard error is zero or not finite (nothing to
-    check, or nothing known)."""
+    λ H⁻¹ ∇t_k, which changes t_k by exactly ±se_k (H⁻¹ the sandwich's regularised inverse). An untilted
+    run first takes the measure to the optimum; the tilted runs start there and run one after another,
+    by L-BFGS over every point and weight for at most ``steps`` steps each. A move well beyond one
+    standard error means the objective is flatter along the statistic than the model says, and the
+    standard error understates how loosely the draws hold it. The check goes one way: NaN where it tells
+    nothing (a run that stopped at its step cap short of one error had perhaps not got there; a standard
+    error that is zero or not finite, a curvature that is not positive), infinite where a run's end is
+    not finite."""
     value, covariance = statistic_covariance(sandwich, statistic)
     error = np.sqrt(np.maximum(np.diag(covariance), 0.0))
 
     def at(phi: Array) -> Array:
         return jnp.ravel(statistic(*sandwich.unpack(phi)))
 
-    jacobian = np.asarray(jax.jacfwd(at)(sandwich.phi))
-    curvature = np.einsum("kp,pq,kq->k", jacobian, sandwich.inverse_hessian, jacobian)
-    checked = np.isfinite(error) & (error > 0) & np.isfinite(curvature) & (curvature > 0)
-    pull = np.where(checked, error / np.where(checked, curvature, 1.0), 0.0)
-    size = len(value)
-    tilts = jnp.asarray(np.concatenate([[0.0], pull, -pull]))
-    which = jnp.asarray(np.concatenate([np.zeros((1, size)), np.eye(size), np.eye(size)]))
-
-    def tilted(tilt: Array, direction: Array) -> Array:
-        final, _, _, _ = minimise(
+    def run(start: Array, tilt: Array, direction: Array) -> tuple[Array, Array]:
+        final, _, _, taken = minimise(
             lambda phi, key: objective(phi) - tilt * (direction @ at(phi)),
-            sandwich.phi,
+            start,
             jax.random.PRNGKey(0),
             steps,
             OptimiserConfig("lbfgs"),
         )
-        return at(final.params)
+        return final.params, taken
 
-    # one after another, as the attack runs its restarts on a CPU: the memory of one run, and each stops
-    # when it has converged instead of when the slowest has
-    ends = np.asarray(jax.jit(lambda t, d: jax.lax.map(lambda run: tilted(*run), (t, d)))(tilts, which))
-    moved = ends[1:].reshape(2, size, size)
-    moves = (np.diagonal(moved, axis1=1, axis2=2) - ends[0]) / np.where(checked, error, 1.0)
-    return np.where(checked, moves, np.nan)
+    size = len(value)
+
+    @jax.jit
+    def moved(pull: Array) -> tuple[Array, Array, Array, Array]:
+        optimum, _ = run(sandwich.phi, jnp.zeros(()), jnp.zeros(size))
+        jacobian = jax.jacfwd(at)(optimum)
+        curvature = jnp.einsum("kp,pq,kq->k", jacobian, sandwich.inverse_hessian, jacobian)
+        tilts = jnp.concatenate([pull, -pull]) / jnp.concatenate([curvature, curvature])
+        directions = jnp.concatenate([jnp.eye(size), jnp.eye(size)])
+        # one after another, as the attack runs its restarts on a CPU: the memory of one run, and each
+        # stops when it has converged instead of when the slowest has
+        ends, taken = jax.lax.map(lambda tilted: run(optimum, *tilted), (tilts, directions))
+        return at(optimum), jax.vmap(at)(ends), taken, curvature
+
+    testable = np.isfinite(error) & (error > 0)
+    base, ends, taken, curvature = (np.asarray(a) for a in moved(jnp.asarray(np.where(testable, error, 0.0))))
+    testable &= np.isfinite(curvature) & (curvature > 0)
+    with np.errstate(invalid="ignore"):
+        moves = (np.diagonal(ends.reshape(2, size, size), axis1=1, axis2=2) - base) / np.where(
+            testable, error, 1.0
+        )
+    capped = taken.reshape(2, size) >= steps
+    moves = np.where(np.isfinite(moves), moves, np.inf)
+    return np.where(testable & ~(capped & (np.abs(moves) <= 1.0)), moves, np.nan)
 
 
 def effective_size(values: np.ndarray) -> np.ndarray:
@@ -190,36 +202,50 @@ def effective_size(values: np.ndarray) -> np.ndarray:
     return np.clip(np.nan_to_num(np.asarray(sizes), nan=n_draws), 1.0, n_draws)
 
 
-def moment_errors(
-    sandwich: Sandwich, points: Data, objective: Callable[[Array], Array] | None = None
-) -> dict[str, float]:
+def moment_errors(sandwich: Sandwich, points: Data) -> dict[str, float]:
     """Standard errors of N and of every free coordinate's mean, sd and pairwise covariance, in the
     units of :func:`bayes_recon.reconstruct.statistics_spread` (the keys too): N's over N, a mean's and
     an sd's over that sd, a covariance's over the product of the two sds; unchanged by units and
-    origins. Infinite where it cannot be had: a column without spread, or a Hessian that is not finite.
-
-    With ``objective`` (the objective as a function of the sandwich's φ), checked one standard error out
-    (:func:`tilted_moves`): each error times how far its statistic moved under a one-error tilt, at
-    least 1, and infinite beyond ``RAN_OFF`` errors (the tilted optimum ran off: nothing bounds the
-    statistic at the objective's cost of one error)."""
-    names = list(points)  # the measure's column order, as statistics_spread sees it
-    statistic = moments_of(names)
-    value, covariance = statistic_covariance(sandwich, statistic)
-    width = sum(int(np.prod(np.shape(points[n])[1:], dtype=int)) for n in names)
+    origins. Infinite where it cannot be had: a column without spread, or a Hessian that is not finite."""
+    value, covariance = statistic_covariance(sandwich, moments_of(list(points)))
     with np.errstate(divide="ignore", invalid="ignore"):
         errors = np.sqrt(np.maximum(np.diag(covariance), 0.0))
-        if objective is not None:
-            moved = np.nanmax(np.abs(tilted_moves(sandwich, objective, statistic)), axis=0)
-            moved = np.where(np.isnan(moved), 1.0, moved)  # unchecked: infinite or zero already
-            errors = errors * np.where(moved > RAN_OFF, np.inf, np.maximum(moved, 1.0))
-        sd = value[1 + width : 1 + 2 * width]
-        relative = {"total_mass": errors[0] / abs(value[0])}
-        for i in range(width):
-            relative[f"mean[{i}]"] = errors[1 + i] / sd[i]
-            relative[f"sd[{i}]"] = errors[1 + width + i] / sd[i]
-        for k, (i, j) in enumerate(itertools.combinations(range(width), 2)):
-            relative[f"cov[{i},{j}]"] = errors[1 + 2 * width + k] / (sd[i] * sd[j])
+        sd = value[1 + _width(points) : 1 + 2 * _width(points)]
+        relative = _by_moment(points, errors / np.concatenate([[abs(value[0])], sd, sd, _pairs(sd)]))
     return {k: float(v) if np.isfinite(v) else float("inf") for k, v in relative.items()}
+
+
+def moment_moves(sandwich: Sandwich, points: Data, objective: Callable[[Array], Array]) -> dict[str, float]:
+    """How far each of :func:`moment_errors`' statistics moved, in its standard errors, under a tilt of
+    the ``objective`` (a function of the sandwich's φ) worth one standard error (:func:`tilted_moves`):
+    the larger of the two ways, NaN where the check told nothing, infinite where it ran off (beyond
+    ``RAN_OFF`` errors, or to no finite end), under the same keys."""
+    moves = np.abs(tilted_moves(sandwich, objective, moments_of(list(points))))
+    told = ~np.all(np.isnan(moves), axis=0)
+    largest = np.where(told, np.max(np.where(np.isnan(moves), -np.inf, moves), axis=0), np.nan)
+    largest = np.where(largest > RAN_OFF, np.inf, largest)
+    return {k: float(v) for k, v in _by_moment(points, largest).items()}
+
+
+def _width(points: Data) -> int:
+    return sum(int(np.prod(np.shape(v)[1:], dtype=int)) for v in points.values())
+
+
+def _pairs(sd: np.ndarray) -> np.ndarray:
+    return np.array([sd[i] * sd[j] for i, j in itertools.combinations(range(len(sd)), 2)])
+
+
+def _by_moment(points: Data, values: np.ndarray) -> dict[str, float]:
+    """Values in :func:`moments_of`' order (N, means, sds, covariances) under the keys of
+    :func:`moment_errors`."""
+    width = _width(points)
+    keyed = {"total_mass": values[0]}
+    for i in range(width):
+        keyed[f"mean[{i}]"] = values[1 + i]
+        keyed[f"sd[{i}]"] = values[1 + width + i]
+    for k, (i, j) in enumerate(itertools.combinations(range(width), 2)):
+        keyed[f"cov[{i},{j}]"] = values[1 + 2 * width + k]
+    return keyed
 
 
 def moments_of(names: list[str]) -> Callable[[Data, Array], Array]:

@@ -97,7 +97,7 @@ def test_the_posterior_attack_entry_points_run_under_the_attack_numerics():
     # a result's own numbers, compiled when first read (a multivariate normal's once hung there)
     entry_points += (Reconstruction.objective_terms, Reconstruction.statistic_covariance)
     entry_points += (Reconstruction.standard_errors.func, Reconstruction.unseen_mass.func)
-    entry_points += (Reconstruction.checked_standard_errors.func, Reconstruction.statistic_tilts)
+    entry_points += (Reconstruction.error_moves.func, Reconstruction.statistic_tilt_moves)
     assert [f.__name__ for f in entry_points if f.__code__.co_name != "with_attack_numerics"] == []
 
 

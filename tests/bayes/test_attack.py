@@ -97,8 +97,9 @@ def test_standard_errors_match_the_oracle_refitted_on_resampled_draws(kidiq, kid
     boots = oracle_for(result, entry.linear, n_bootstrap=300).bootstrap
     spread = np.stack([np.r_[b["N"], np.ravel(b["Xty"])] for b in boots]).std(axis=0, ddof=1)
     np.testing.assert_allclose(sandwich, spread, rtol=0.2)
-    # a Gaussian model's objective is quadratic in these sums: tilted by one error, each moves by one
-    np.testing.assert_allclose(result.statistic_tilts(sums), [[1.0] * 3, [-1.0] * 3], atol=0.05)
+    # a Gaussian model's objective is a quadratic in its sufficient statistics, these among them: tilted
+    # by one error, each moves by one
+    np.testing.assert_allclose(result.statistic_tilt_moves(sums), [[1.0] * 3, [-1.0] * 3], atol=0.05)
     relative = result.standard_errors
     assert relative["total_mass"] == pytest.approx(sandwich[0] / result.measure.total_mass(), rel=1e-6)
 

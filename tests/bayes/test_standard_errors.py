@@ -13,6 +13,7 @@ from bayes_recon.standard_errors import (
     effective_size,
     measure_parameters,
     moment_errors,
+    moment_moves,
     sandwich_of,
     statistic_covariance,
     tilted_moves,
@@ -139,7 +140,7 @@ def test_the_tilt_check_holds_where_the_objective_is_quadratic_and_fails_where_i
     same value, slope and curvature at the optimum (so the same sandwich) and flattens a standard error
     out, and the tilted optimum runs off along u."""
     theta = 0.3 + 2.0 * np.random.default_rng(5).normal(size=400)
-    sandwich, _ = _sandwich(theta)
+    sandwich, points = _sandwich(theta)
     terms, centre = _terms_of(theta, 0.0), SUM * float(np.mean(theta))
 
     def total(data: dict, weights: jax.Array) -> jax.Array:
@@ -159,6 +160,13 @@ def test_the_tilt_check_holds_where_the_objective_is_quadratic_and_fails_where_i
     np.testing.assert_allclose(tilted_moves(sandwich, quadratic, total)[:, 0], [1.0, -1.0], atol=0.05)
     up, down = tilted_moves(sandwich, flattening, total)[:, 0]
     assert up > 5 and down < -5
+    # by moment, under moment_errors' keys: the mean (Σ w x / 2) runs off, beyond RAN_OFF: unbounded
+    moves = moment_moves(sandwich, points, flattening)
+    assert set(moves) == set(moment_errors(sandwich, points)) and moves["mean[0]"] == np.inf
+    assert moment_moves(sandwich, points, quadratic)["mean[0]"] == pytest.approx(1.0, abs=0.05)
+    # a run stopped at its step cap short of one error tells nothing (one beyond it does)
+    assert np.isnan(tilted_moves(sandwich, quadratic, total, steps=1)).all()
+    assert np.all(np.abs(tilted_moves(sandwich, flattening, total, steps=1)) > 5)
 
 
 def _terms_of(theta: np.ndarray, noisy_flat_direction: float):
