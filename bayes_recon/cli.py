@@ -388,8 +388,14 @@ def _reconstruct(args: argparse.Namespace) -> int:
     if not recon.self_check.reproduces:
         _say(f"next: {describe_remedies(recon, args.points)}")
     if args.json:
+        said = {math.inf: "unbounded"}  # JSON has neither: NaN and infinity would both be null
         tilted = (
-            {"error_moves": recon.error_moves, "tilted_standard_errors": recon.tilted_standard_errors}
+            {
+                "error_moves": {
+                    k: "unchecked" if math.isnan(m) else said.get(m, m) for k, m in recon.error_moves.items()
+                },
+                "tilted_standard_errors": recon.tilted_standard_errors,
+            }
             if args.check_errors
             else {}
         )
@@ -742,14 +748,14 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
 
 def describe_error_check(recon: Any) -> str:
     """What the check of the standard errors one error out found (:attr:`Reconstruction.error_moves`)."""
-    from bayes_recon.standard_errors import TILT_STEPS
+    from bayes_recon.standard_errors import FLATTER, TILT_STEPS
 
     moves, named = recon.error_moves, _moment_names(recon)
     told = {k: m for k, m in moves.items() if not math.isnan(m)}
     flatter = [
         f"{named(k)} {number(m)} errors" if math.isfinite(m) else f"{named(k)} without bound"
         for k, m in told.items()
-        if m > 1
+        if m > FLATTER
     ]
     if flatter:
         said = (
@@ -758,15 +764,17 @@ def describe_error_check(recon: Any) -> str:
         )
     elif told:
         said = (
-            "a tilt of the objective worth one standard error moved no statistic further than one error "
-            f"(largest {number(max(told.values()))}): the standard errors are not too small by this check"
+            f"a tilt of the objective worth one standard error moved no statistic further than {FLATTER:g} "
+            f"errors (largest {number(max(told.values()))}): the standard errors are not too small by this "
+            "check"
         )
     else:
         said = "no statistic could be checked"
     if untold := len(moves) - len(told):
         said += (
             f"; {untold} of {len(moves)} could not be checked (a tilted run stopped at its {TILT_STEPS} "
-            "steps short of one error, or the standard error is zero or unbounded)"
+            "steps short of one error or the untilted run's own drift, or moved against its tilt; or the "
+            "standard error is zero or unbounded, or the objective not curved along the statistic)"
         )
     return said + ". The check goes one way: a move short of one error does not prove an error right."
 

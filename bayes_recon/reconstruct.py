@@ -58,6 +58,7 @@ from bayes_recon.refine import build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
 from bayes_recon.stages import make_start, run_stages
 from bayes_recon.standard_errors import (
+    FLATTER,
     Sandwich,
     build_sandwich,
     moment_errors,
@@ -362,15 +363,16 @@ class Reconstruction:
         the tilt ran off). The sandwich is a quadratic model of the objective at the optimum; along a
         long, curved valley (a binomial regression's Σ y·x) it understates, and this says by how much.
         Costs 2K + 1 runs of up to 200 L-BFGS steps on every draw, K the number of statistics (1 + 2d +
-        d(d − 1)/2 for d coordinates): kidiq at M = 50, K = 6, 18.3 s (its attack: 26.7 s)."""
+        d(d − 1)/2 for d coordinates): kidiq at M = 50, K = 6, 18.3 s (its attack: 22.5 s)."""
         return moment_moves(self._sandwich, self.measure.points, self._objective_at_phi())
 
     @property
     def tilted_standard_errors(self) -> dict[str, float]:
-        """:attr:`standard_errors`, each times its :attr:`error_moves` where that is beyond 1 (the
-        objective is flatter than the errors say); unchanged where the check told nothing."""
+        """:attr:`standard_errors`, each times its :attr:`error_moves` where that is beyond
+        ``standard_errors.FLATTER`` (the objective is flatter than the errors say); unchanged elsewhere,
+        and where the check told nothing."""
         moves = self.error_moves
-        return {k: e * (moves[k] if moves[k] > 1 else 1.0) for k, e in self.standard_errors.items()}
+        return {k: e * (moves[k] if moves[k] > FLATTER else 1.0) for k, e in self.standard_errors.items()}
 
     @attack_numerics
     def statistic_tilt_moves(self, statistic: Callable[[Mapping[str, Array], Array], Array]) -> np.ndarray:

@@ -33,8 +33,8 @@ understates. :func:`tilted_moves` checks it one standard error out: it tilts the
 were the model right, the optimum would move the statistic by exactly one standard error, and
 measures how far it does move. A binomial regression (N = 1,000, one covariate, M = 50) recovered
 Σ y·x 5.8 standard errors from the truth; tilted, it moved 5.9 errors (and N without bound), so the
-error widened by that much puts the truth 0.98 errors away. The check goes one way: a move short of
-one error may be a tilted run that had not got far in its steps, not a steeper objective.
+error widened by that much puts the truth 0.98 errors away. The check goes one way: it can show an
+error too small, never prove one right.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ TINY = 1e-300  # weights that underflowed to 0 (their log), columns without spre
 # along a flat valley the runs crawl (a binomial's Σ y·x: 1.2 errors in 50 steps, 6.4 in 200), and a run
 # stopped here short of one error tells nothing (tilted_moves)
 TILT_STEPS = 200
+# a move beyond this many errors shows an objective flatter than the standard errors assume; kidiq's
+# moments, where they hold, moved 1.00-1.02
+FLATTER = 1.5
 RAN_OFF = 100.0  # standard errors a one-error tilt moved a statistic beyond which nothing bounds it
 
 
@@ -142,50 +145,57 @@ def tilted_moves(
     run first takes the measure to the optimum; the tilted runs start there and run one after another,
     by L-BFGS over every point and weight for at most ``steps`` steps each. A move well beyond one
     standard error means the objective is flatter along the statistic than the model says, and the
-    standard error understates how loosely the draws hold it. The check goes one way: NaN where it tells
-    nothing (a run that stopped at its step cap short of one error had perhaps not got there; a standard
-    error that is zero or not finite, a curvature that is not positive), infinite where a run's end is
-    not finite."""
+    standard error understates how loosely the draws hold it. The check goes one way, and is NaN where it
+    tells nothing: a run that stopped at its step cap short of one error (it had perhaps not got there);
+    a move against its tilt; where the untilted run itself stopped at its cap (still drifting along a
+    flat valley), a move no further than one error plus that run's own; a standard error that is zero or
+    not finite, a curvature that is not positive. Infinite where a run's end is not finite."""
     value, covariance = statistic_covariance(sandwich, statistic)
     error = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+    size = len(value)
 
     def at(phi: Array) -> Array:
         return jnp.ravel(statistic(*sandwich.unpack(phi)))
 
-    def run(start: Array, tilt: Array, direction: Array) -> tuple[Array, Array]:
+    def run(start: Array, tilt: Array, direction: Array, limit: Array) -> tuple[Array, Array]:
         final, _, _, taken = minimise(
             lambda phi, key: objective(phi) - tilt * (direction @ at(phi)),
             start,
             jax.random.PRNGKey(0),
             steps,
             OptimiserConfig("lbfgs"),
+            limit=limit,
         )
         return final.params, taken
 
-    size = len(value)
-
     @jax.jit
-    def moved(pull: Array) -> tuple[Array, Array, Array, Array]:
-        optimum, _ = run(sandwich.phi, jnp.zeros(()), jnp.zeros(size))
+    def moved(pull: Array, inverse_hessian: Array) -> tuple[Array, ...]:
+        optimum, settling = run(sandwich.phi, jnp.zeros(()), jnp.zeros(size), jnp.asarray(steps))
         jacobian = jax.jacfwd(at)(optimum)
-        curvature = jnp.einsum("kp,pq,kq->k", jacobian, sandwich.inverse_hessian, jacobian)
-        tilts = jnp.concatenate([pull, -pull]) / jnp.concatenate([curvature, curvature])
-        directions = jnp.concatenate([jnp.eye(size), jnp.eye(size)])
+        curvature = jnp.einsum("kp,pq,kq->k", jacobian, inverse_hessian, jacobian)
+        testable = (pull > 0) & jnp.isfinite(curvature) & (curvature > 0)
+        tilt = jnp.where(testable, pull / jnp.where(testable, curvature, 1.0), 0.0)
+        both = jnp.concatenate([tilt, -tilt]), jnp.concatenate([jnp.eye(size), jnp.eye(size)])
+        limits = jnp.where(jnp.concatenate([testable, testable]), steps, 0)  # no runs for the untestable
         # one after another, as the attack runs its restarts on a CPU: the memory of one run, and each
         # stops when it has converged instead of when the slowest has
-        ends, taken = jax.lax.map(lambda tilted: run(optimum, *tilted), (tilts, directions))
-        return at(optimum), jax.vmap(at)(ends), taken, curvature
+        ends, taken = jax.lax.map(lambda tilted: run(optimum, *tilted), (*both, limits))
+        return at(sandwich.phi), at(optimum), jax.vmap(at)(ends), taken, testable, settling
 
-    testable = np.isfinite(error) & (error > 0)
-    base, ends, taken, curvature = (np.asarray(a) for a in moved(jnp.asarray(np.where(testable, error, 0.0))))
-    testable &= np.isfinite(curvature) & (curvature > 0)
+    pull = np.where(np.isfinite(error) & (error > 0), error, 0.0)
+    start, base, ends, taken, testable, settling = (
+        np.asarray(a) for a in moved(jnp.asarray(pull), jnp.asarray(sandwich.inverse_hessian))
+    )
+    unit = np.where(testable, error, 1.0)
     with np.errstate(invalid="ignore"):
-        moves = (np.diagonal(ends.reshape(2, size, size), axis1=1, axis2=2) - base) / np.where(
-            testable, error, 1.0
-        )
-    capped = taken.reshape(2, size) >= steps
-    moves = np.where(np.isfinite(moves), moves, np.inf)
-    return np.where(testable & ~(capped & (np.abs(moves) <= 1.0)), moves, np.nan)
+        moves = (np.diagonal(ends.reshape(2, size, size), axis1=1, axis2=2) - base) / unit
+    moves = np.where(np.isfinite(moves), moves, np.inf * np.array([[1.0], [-1.0]]))
+    reach = np.abs(moves)
+    # a baseline still drifting at its cap may carry a tilted run as far again as it went itself
+    drift = np.abs(base - start) / unit if settling >= steps else np.zeros(size)
+    told = (reach > 1.0 + drift) | ((taken.reshape(2, size) < steps) & (drift == 0))
+    along = moves * np.array([[1.0], [-1.0]]) > 0
+    return np.where(testable & told & along, moves, np.nan)
 
 
 def effective_size(values: np.ndarray) -> np.ndarray:
