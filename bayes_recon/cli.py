@@ -776,7 +776,7 @@ def describe_error_check(recon: Any) -> str:
             "steps short of one error or the untilted run's own drift, or moved against its tilt; or the "
             "standard error is zero or unbounded, or the objective not curved along the statistic)"
         )
-    return said + ". The check goes one way: a move short of one error does not prove an error right."
+    return said + ". The check goes one way: a short move does not prove an error right."
 
 
 def describe_bootstrap(recon: Any) -> str:

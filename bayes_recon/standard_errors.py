@@ -230,11 +230,16 @@ def moment_moves(sandwich: Sandwich, points: Data, objective: Callable[[Array], 
     the ``objective`` (a function of the sandwich's φ) worth one standard error (:func:`tilted_moves`):
     the larger of the two ways, NaN where the check told nothing, infinite where it ran off (beyond
     ``RAN_OFF`` errors, or to no finite end), under the same keys."""
-    moves = np.abs(tilted_moves(sandwich, objective, moments_of(list(points))))
-    told = ~np.all(np.isnan(moves), axis=0)
-    largest = np.where(told, np.max(np.where(np.isnan(moves), -np.inf, moves), axis=0), np.nan)
-    largest = np.where(largest > RAN_OFF, np.inf, largest)
-    return {k: float(v) for k, v in _by_moment(points, largest).items()}
+    largest = largest_moves(tilted_moves(sandwich, objective, moments_of(list(points))))
+    return {k: float(v) for k, v in _by_moment(points, np.where(largest > RAN_OFF, np.inf, largest)).items()}
+
+
+def largest_moves(moves: np.ndarray) -> np.ndarray:
+    """The largest |move| of each statistic (the last axis) over all other axes of :func:`tilted_moves`'
+    moves (the two ways, and any runs stacked before them); NaN where none told anything."""
+    flat = np.abs(moves.reshape(-1, moves.shape[-1]))
+    told = ~np.all(np.isnan(flat), axis=0)
+    return np.where(told, np.max(np.where(np.isnan(flat), -np.inf, flat), axis=0), np.nan)
 
 
 def _width(points: Data) -> int:

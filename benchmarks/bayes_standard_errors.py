@@ -31,6 +31,7 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS, init_to_value
 
 import bayes_recon as br
+from bayes_recon.standard_errors import largest_moves
 from recon_core.jsonio import jsonable
 
 br.enable_float64()
@@ -83,7 +84,7 @@ def family_rows(family: str, n: int, k: int, m: int, chains: int) -> dict:
         values.append(value)
         errors.append(np.sqrt(np.maximum(np.diag(covariance), 0.0)))
         tilts.append(result.statistic_tilt_moves(statistic))
-        moves = _largest_move(tilts[-1])
+        moves = largest_moves(tilts[-1])
         said = ", ".join(
             f"{a} {v:.4g} ± {e:.3g} (tilt {t:.3g})"
             for a, v, e, t in zip(names, value, errors[-1], moves, strict=True)
@@ -101,13 +102,6 @@ def family_rows(family: str, n: int, k: int, m: int, chains: int) -> dict:
     }  # fmt: skip
 
 
-def _largest_move(moves: np.ndarray) -> np.ndarray:
-    """The largest |move| over the leading axes, per statistic; NaN where no tilt told anything."""
-    flat = np.abs(moves.reshape(-1, moves.shape[-1]))
-    told = ~np.all(np.isnan(flat), axis=0)
-    return np.where(told, np.max(np.where(np.isnan(flat), -np.inf, flat), axis=0), np.nan)
-
-
 def table(rows: list[dict]) -> str:
     lines = [
         f"{'family':<17}{'statistic':<11}{'truth':>11}{'mean':>11}{'sd':>10}  {'se median [min, max]':<30}"
@@ -119,7 +113,7 @@ def table(rows: list[dict]) -> str:
             p, pe = row["pooled_value"][j], row["pooled_standard_error"][j]
             se = f"{np.median(e):.3g} [{e.min():.3g}, {e.max():.3g}]"
             pooled = f"{p:.4g} ± {pe:.3g} ({(p - t) / pe:+.2f})"
-            moved = min(float(_largest_move(row["tilts"][:, :, j].reshape(-1, 1))[0]), 1e3)
+            moved = min(float(largest_moves(row["tilts"][:, :, j].reshape(-1, 1))[0]), 1e3)
             lines.append(
                 f"{row['family']:<17}{name:<11}{t:>11.4g}{v.mean():>11.4g}{v.std(ddof=1):>10.3g}  {se:<30}"
                 f"{v.std(ddof=1) / np.median(e):>6.2f}  {pooled:<30}{moved:>6.3g}"
