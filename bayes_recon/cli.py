@@ -388,17 +388,15 @@ def _reconstruct(args: argparse.Namespace) -> int:
     if not recon.self_check.reproduces:
         _say(f"next: {describe_remedies(recon, args.points)}")
     if args.json:
-        said = {math.inf: "unbounded"}  # JSON has neither: NaN and infinity would both be null
-        tilted = (
-            {
+        tilted = {}
+        if args.check_errors:  # JSON has neither NaN nor infinity: both would be null
+            moves = recon.error_moves.items()
+            tilted = {
                 "error_moves": {
-                    k: "unchecked" if math.isnan(m) else said.get(m, m) for k, m in recon.error_moves.items()
+                    k: "unchecked" if math.isnan(m) else "unbounded" if m == math.inf else m for k, m in moves
                 },
                 "tilted_standard_errors": recon.tilted_standard_errors,
             }
-            if args.check_errors
-            else {}
-        )
         _write_json(args.json, attack.to_json() | jsonable(tilted))
     if args.save:
         _say(f"saved {recon.measure.save(args.save)}")

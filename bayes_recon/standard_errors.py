@@ -218,9 +218,10 @@ def moment_errors(sandwich: Sandwich, points: Data) -> dict[str, float]:
     an sd's over that sd, a covariance's over the product of the two sds; unchanged by units and
     origins. Infinite where it cannot be had: a column without spread, or a Hessian that is not finite."""
     value, covariance = statistic_covariance(sandwich, moments_of(list(points)))
+    width = _width(points)
     with np.errstate(divide="ignore", invalid="ignore"):
         errors = np.sqrt(np.maximum(np.diag(covariance), 0.0))
-        sd = value[1 + _width(points) : 1 + 2 * _width(points)]
+        sd = value[1 + width : 1 + 2 * width]
         relative = _by_moment(points, errors / np.concatenate([[abs(value[0])], sd, sd, _pairs(sd)]))
     return {k: float(v) if np.isfinite(v) else float("inf") for k, v in relative.items()}
 
