@@ -5,8 +5,8 @@ arguments), :class:`weight_likelihood` scales every observed site's log-probabil
 per-point weights (all but the prior's: a ``numpyro.factor`` of the parameters alone, an observation
 of fixed data), and :class:`relax_support` evaluates those log-probabilities without NumPyro's support
 mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), interpolates a count's
-between the integers (:func:`between_counts`), and smooths the kink of an
-(asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
+between the integers (:func:`between_counts`; or spreads it over the nearest three), and smooths the
+kink of an (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
 The log density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
 plain functions of ``(vector, pseudo-data, weights)``.
 """
@@ -83,18 +83,22 @@ class relax_support(Messenger):
     between the integers (:func:`between_counts`), where it is the model's own (a negative binomial's
     by the formula of :class:`_GammaPoissonByLgamma`); a rate's or a probability's formula is
     evaluated as it is.
-    A kinked site (Laplace, asymmetric Laplace) named in ``bandwidths`` gets its kink smoothed by that
-    bandwidth (:class:`_SmoothedLaplace`, :class:`_SmoothedAsymmetricLaplace`).
+    With ``spread_counts`` a relaxed count is spread over its nearest three counts instead (see
+    :func:`between_counts`). A kinked site (Laplace, asymmetric Laplace) named in ``bandwidths`` gets its
+    kink smoothed by that bandwidth (:class:`_SmoothedLaplace`, :class:`_SmoothedAsymmetricLaplace`).
     The user's distribution is not modified: the site gets an unvalidated copy.
     """
 
-    def __init__(self, fn: Callable | None = None, bandwidths: Bandwidths | None = None) -> None:
+    def __init__(
+        self, fn: Callable | None = None, bandwidths: Bandwidths | None = None, spread_counts: bool = False
+    ) -> None:
         self.bandwidths = bandwidths or {}
+        self.spread_counts = spread_counts
         super().__init__(fn)
 
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["is_observed"]:
-            msg["fn"] = between_counts(unvalidated(msg["fn"]))
+            msg["fn"] = between_counts(unvalidated(msg["fn"]), self.spread_counts)
             if msg["name"] in self.bandwidths:
                 msg["fn"] = _smoothed(msg["fn"], self.bandwidths[msg["name"]])
 
@@ -192,7 +196,7 @@ class _GammaPoissonByLgamma(GammaPoisson):
         )
 
 
-def between_counts(fn: Any) -> Any:
+def between_counts(fn: Any, spread: bool = False) -> Any:
     """A count's distribution (validation off, :func:`unvalidated`) evaluated at a relaxed count y as
     (1 − u)·log p(⌊y⌋) + u·log p(⌊y⌋ + 1), u = y − ⌊y⌋; any other distribution as it is.
 
@@ -209,10 +213,19 @@ def between_counts(fn: Any) -> Any:
     Off the support (a count column declared real, :mod:`bayes_recon.leaks`) the line through the
     two nearest counts is extended. Labels and 0/1 values of the stratified columns (integers, or the
     boolean support) are evaluated as they are; a vector of counts (``.to_event``) per count.
+
+    With ``spread``, that interpolation averaged over the unit window around y: a quadratic B-spline,
+    ½(½ − d)²·log p(n − 1) + (¾ − d²)·log p(n) + ½(½ + d)²·log p(n + 1), n the count nearest y,
+    d = y − n. Still a weighted data set (three rows, weights positive and summing to one), with a
+    derivative in y that is continuous: the linear interpolation's kink at every count made the Newton
+    steps of the attack's stages on the cloud creep where the features are not linear in y (a negative
+    binomial). It is not the model's own at the counts, so only the stages that prepare the last one
+    use it (:mod:`bayes_recon.reconstruct`). A Poisson's or binomial's features do not change (the
+    B-spline reproduces linear functions of y).
     """
     if isinstance(fn, (Independent, MaskedDistribution)) and fn.event_shape != ():
         copy = _copied_as(type(fn), fn)
-        copy.base_dist = between_counts(fn.base_dist)
+        copy.base_dist = between_counts(fn.base_dist, spread)
         return copy
     support = getattr(fn, "support", None)
     if not (
@@ -223,7 +236,7 @@ def between_counts(fn: Any) -> Any:
         and fn.event_shape == ()
     ):
         return fn
-    return _copied_as(_between_counts_kind(type(fn)), fn)
+    return _copied_as((_spread_counts_kind if spread else _between_counts_kind)(type(fn)), fn)
 
 
 # A count of probability 0 beside one of positive probability (a rate that underflowed to 0) makes the
@@ -253,6 +266,30 @@ def _between_counts_kind(kind: type) -> type:
         return at_low + up * jnp.where(jnp.isfinite(rise), rise, -STEEPEST_SLOPE)
 
     return type(f"Between{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
+
+
+@functools.cache
+def _spread_counts_kind(kind: type) -> type:
+    def log_prob(self: Distribution, value: Array) -> Array:
+        own = functools.partial(kind.log_prob, self)
+        if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
+            return own(value)
+        value = jnp.broadcast_to(value, jnp.broadcast_shapes(jnp.shape(value), self.batch_shape))
+        lower = getattr(self.support, "lower_bound", -jnp.inf)
+        upper = getattr(self.support, "upper_bound", jnp.inf)
+        nearest = jnp.clip(jnp.floor(value + 0.5), lower, upper)
+        d = value - nearest
+        neighbours = [jnp.maximum(nearest - 1, lower), nearest, jnp.minimum(nearest + 1, upper)]
+        below, at, above = own(jnp.stack(neighbours))
+        # beyond either end of the support the line through the two counts at that end goes on, as
+        # between_counts's; an impossible count (a rate that underflowed) falls by the steepest slope
+        at = jnp.where(jnp.isfinite(at), at, -STEEPEST_SLOPE)
+        below = jnp.where(nearest - 1 < lower, 2 * at - above, below)
+        above = jnp.where(nearest + 1 > upper, 2 * at - below, above)
+        below, above = (jnp.where(jnp.isfinite(v), v, at - STEEPEST_SLOPE) for v in (below, above))
+        return 0.5 * (0.5 - d) ** 2 * below + (0.75 - d**2) * at + 0.5 * (0.5 + d) ** 2 * above
+
+    return type(f"Spread{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
 
 
 def _relaxed_kind(fn: Distribution) -> type:
@@ -312,6 +349,8 @@ class WeightedModel:
     ``prior_sites``: observed sites that do not take the rows (a ``numpyro.factor`` of a prior term, an
     observation of fixed data): part of the prior, never weighted. Only
     :func:`bayes_recon.modelcheck.prepare_release` finds them; left empty, every observed site is the rows'.
+    ``spread_counts``: relaxed counts spread over their nearest three (:func:`between_counts`), as the
+    attack's stages on the cloud evaluate them.
     """
 
     model: Callable
@@ -320,6 +359,7 @@ class WeightedModel:
     latent_example: Mapping[str, Array]
     reshaped: frozenset[str] = frozenset()
     prior_sites: frozenset[str] = frozenset()
+    spread_counts: bool = False
 
     def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
         return {**self.fixed, **data}
@@ -351,7 +391,9 @@ class WeightedModel:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
         smoothed by ``bandwidths``, if given)."""
         weighted = weight_likelihood(
-            relax_support(self.model, bandwidths), weights=weights, prior_sites=self.prior_sites
+            relax_support(self.model, bandwidths, self.spread_counts),
+            weights=weights,
+            prior_sites=self.prior_sites,
         )
         return -potential_energy(weighted, (), self._kwargs(data), self.unravel(theta))
 
@@ -376,7 +418,7 @@ class WeightedModel:
     ) -> dict[str, Any]:
         """The model's trace at the flat vector ``theta`` on ``data``, supports relaxed."""
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
-        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths)
+        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths, self.spread_counts)
         return handlers.trace(relaxed).get_trace(**self._kwargs(data))
 
     def _likelihood_sites(
