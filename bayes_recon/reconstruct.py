@@ -508,9 +508,10 @@ def reconstruct(
     # for progress: the self-check and the Frank–Wolfe rounds count as one round; the rescue's, once they run
     units = rounds + config.bootstrap + checking
 
-    # The objectives on the subset of draws (the grid's, the cloud's first stages and Newton's Hessian)
-    # spread relaxed counts over their nearest three (weighting.between_counts): the interpolation's
-    # kinks made those Newton steps creep. Those on every draw, which the result is judged by, keep it.
+    # The objectives on the subset of draws (the grid's, the cloud's first stages, and the Newton Hessian
+    # of all three cloud stages) spread relaxed counts over their nearest three
+    # (weighting.between_counts): the interpolation's kinks made those Newton steps creep. The
+    # objectives on every draw, which the result is judged by, keep the interpolation.
     coarse_problem = problem._replace(weighted=dataclasses.replace(weighted, spread_counts=True))
 
     def objectives(draws: Array, coarse_draws: Array) -> Objectives:

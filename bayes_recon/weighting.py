@@ -83,22 +83,29 @@ class relax_support(Messenger):
     between the integers (:func:`between_counts`), where it is the model's own (a negative binomial's
     by the formula of :class:`_GammaPoissonByLgamma`); a rate's or a probability's formula is
     evaluated as it is.
-    With ``spread_counts`` a relaxed count is spread over its nearest three counts instead (see
-    :func:`between_counts`). A kinked site (Laplace, asymmetric Laplace) named in ``bandwidths`` gets its
-    kink smoothed by that bandwidth (:class:`_SmoothedLaplace`, :class:`_SmoothedAsymmetricLaplace`).
+    With ``spread_counts`` a relaxed count of a likelihood site (not of ``prior_sites``) is spread over
+    its nearest three counts instead (see :func:`between_counts`). A kinked site (Laplace, asymmetric
+    Laplace) named in ``bandwidths`` gets its kink smoothed by that bandwidth (:class:`_SmoothedLaplace`,
+    :class:`_SmoothedAsymmetricLaplace`).
     The user's distribution is not modified: the site gets an unvalidated copy.
     """
 
     def __init__(
-        self, fn: Callable | None = None, bandwidths: Bandwidths | None = None, spread_counts: bool = False
+        self,
+        fn: Callable | None = None,
+        bandwidths: Bandwidths | None = None,
+        spread_counts: bool = False,
+        prior_sites: frozenset[str] = frozenset(),
     ) -> None:
         self.bandwidths = bandwidths or {}
         self.spread_counts = spread_counts
+        self.prior_sites = prior_sites
         super().__init__(fn)
 
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["is_observed"]:
-            msg["fn"] = between_counts(unvalidated(msg["fn"]), self.spread_counts)
+            spread = self.spread_counts and msg["name"] not in self.prior_sites
+            msg["fn"] = between_counts(unvalidated(msg["fn"]), spread)
             if msg["name"] in self.bandwidths:
                 msg["fn"] = _smoothed(msg["fn"], self.bandwidths[msg["name"]])
 
@@ -216,7 +223,7 @@ def between_counts(fn: Any, spread: bool = False) -> Any:
 
     With ``spread``, that interpolation averaged over the unit window around y: a quadratic B-spline,
     ½(½ − d)²·log p(n − 1) + (¾ − d²)·log p(n) + ½(½ + d)²·log p(n + 1), n the count nearest y,
-    d = y − n. Still a weighted data set (three rows, weights positive and summing to one), with a
+    d = y − n. Still a weighted data set (three rows, weights non-negative and summing to one), with a
     derivative in y that is continuous: the linear interpolation's kink at every count made the Newton
     steps of the attack's stages on the cloud creep where the features are not linear in y (a negative
     binomial). It is not the model's own at the counts, so only the stages that prepare the last one
@@ -244,8 +251,10 @@ def between_counts(fn: Any, spread: bool = False) -> Any:
 STEEPEST_SLOPE = 1e8
 
 
-@functools.cache
-def _between_counts_kind(kind: type) -> type:
+def _relaxed_counts_kind(kind: type, name: str, between: Callable[..., Array]) -> type:
+    """``kind`` with its log-probability at a relaxed count y given by ``between(own, y, lower, upper)``,
+    ``own`` its log-probability at counts and [lower, upper] its support; integer values as they are."""
+
     def log_prob(self: Distribution, value: Array) -> Array:
         own = functools.partial(kind.log_prob, self)
         if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
@@ -253,43 +262,48 @@ def _between_counts_kind(kind: type) -> type:
         value = jnp.broadcast_to(value, jnp.broadcast_shapes(jnp.shape(value), self.batch_shape))
         lower = getattr(self.support, "lower_bound", -jnp.inf)
         upper = getattr(self.support, "upper_bound", jnp.inf)
-        # off the support (a column declared real) the line through the nearest two counts goes on
-        low = jnp.maximum(jnp.minimum(jnp.floor(value), upper - 1), lower)
-        up = value - low
-        # one evaluation at both counts (half the program to compile); a support of one count (a
-        # binomial of no trials) has no next
-        at_low, at_next = own(jnp.stack([low, low + (upper - lower >= 1)]))
-        rise = at_next - at_low
-        # The attack differentiates this four times, and every guard costs: a negative binomial's attack
-        # (N = 100, three covariates, M = 50) took 118 s unguarded (NaN beside an impossible count),
-        # 140 s with this one select, 156 s with a clip and a choice of the nearer count.
-        return at_low + up * jnp.where(jnp.isfinite(rise), rise, -STEEPEST_SLOPE)
+        return between(own, value, lower, upper)
 
-    return type(f"Between{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
+    return type(f"{name}{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
+
+
+def _interpolated(own: Callable[[Array], Array], value: Array, lower: Array, upper: Array) -> Array:
+    # off the support (a column declared real) the line through the nearest two counts goes on
+    low = jnp.maximum(jnp.minimum(jnp.floor(value), upper - 1), lower)
+    up = value - low
+    # one evaluation at both counts (half the program to compile); a support of one count (a
+    # binomial of no trials) has no next
+    at_low, at_next = own(jnp.stack([low, low + (upper - lower >= 1)]))
+    rise = at_next - at_low
+    # The attack differentiates this four times, and every guard costs: a negative binomial's attack
+    # (N = 100, three covariates, M = 50) took 118 s unguarded (NaN beside an impossible count),
+    # 140 s with this one select, 156 s with a clip and a choice of the nearer count.
+    return at_low + up * jnp.where(jnp.isfinite(rise), rise, -STEEPEST_SLOPE)
+
+
+def _spread(own: Callable[[Array], Array], value: Array, lower: Array, upper: Array) -> Array:
+    nearest = jnp.clip(jnp.floor(value + 0.5), lower, upper)
+    d = value - nearest
+    neighbours = [jnp.maximum(nearest - 1, lower), nearest, jnp.minimum(nearest + 1, upper)]
+    below, at, above = own(jnp.stack(neighbours))
+    # An impossible count (a rate that underflowed) falls by the steepest slope; beyond either end of
+    # the support the line through the two counts at that end goes on. The weights reproduce a line
+    # for any d, so both are _interpolated's lines.
+    at = jnp.where(jnp.isfinite(at), at, -STEEPEST_SLOPE)
+    below, above = (jnp.where(jnp.isfinite(v), v, at - STEEPEST_SLOPE) for v in (below, above))
+    below = jnp.where(nearest - 1 < lower, 2 * at - above, below)
+    above = jnp.where(nearest + 1 > upper, 2 * at - below, above)
+    return 0.5 * (0.5 - d) ** 2 * below + (0.75 - d**2) * at + 0.5 * (0.5 + d) ** 2 * above
+
+
+@functools.cache
+def _between_counts_kind(kind: type) -> type:
+    return _relaxed_counts_kind(kind, "Between", _interpolated)
 
 
 @functools.cache
 def _spread_counts_kind(kind: type) -> type:
-    def log_prob(self: Distribution, value: Array) -> Array:
-        own = functools.partial(kind.log_prob, self)
-        if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
-            return own(value)
-        value = jnp.broadcast_to(value, jnp.broadcast_shapes(jnp.shape(value), self.batch_shape))
-        lower = getattr(self.support, "lower_bound", -jnp.inf)
-        upper = getattr(self.support, "upper_bound", jnp.inf)
-        nearest = jnp.clip(jnp.floor(value + 0.5), lower, upper)
-        d = value - nearest
-        neighbours = [jnp.maximum(nearest - 1, lower), nearest, jnp.minimum(nearest + 1, upper)]
-        below, at, above = own(jnp.stack(neighbours))
-        # beyond either end of the support the line through the two counts at that end goes on, as
-        # between_counts's; an impossible count (a rate that underflowed) falls by the steepest slope
-        at = jnp.where(jnp.isfinite(at), at, -STEEPEST_SLOPE)
-        below = jnp.where(nearest - 1 < lower, 2 * at - above, below)
-        above = jnp.where(nearest + 1 > upper, 2 * at - below, above)
-        below, above = (jnp.where(jnp.isfinite(v), v, at - STEEPEST_SLOPE) for v in (below, above))
-        return 0.5 * (0.5 - d) ** 2 * below + (0.75 - d**2) * at + 0.5 * (0.5 + d) ** 2 * above
-
-    return type(f"Spread{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
+    return _relaxed_counts_kind(kind, "Spread", _spread)
 
 
 def _relaxed_kind(fn: Distribution) -> type:
@@ -349,8 +363,8 @@ class WeightedModel:
     ``prior_sites``: observed sites that do not take the rows (a ``numpyro.factor`` of a prior term, an
     observation of fixed data): part of the prior, never weighted. Only
     :func:`bayes_recon.modelcheck.prepare_release` finds them; left empty, every observed site is the rows'.
-    ``spread_counts``: relaxed counts spread over their nearest three (:func:`between_counts`), as the
-    attack's stages on the cloud evaluate them.
+    ``spread_counts``: the likelihood's relaxed counts spread over their nearest three
+    (:func:`between_counts`), as the attack's objectives on the subset of draws evaluate them.
     """
 
     model: Callable
@@ -360,6 +374,9 @@ class WeightedModel:
     reshaped: frozenset[str] = frozenset()
     prior_sites: frozenset[str] = frozenset()
     spread_counts: bool = False
+
+    def _relaxed(self, model: Callable, bandwidths: Bandwidths | None) -> relax_support:
+        return relax_support(model, bandwidths, self.spread_counts, self.prior_sites)
 
     def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
         return {**self.fixed, **data}
@@ -391,7 +408,7 @@ class WeightedModel:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
         smoothed by ``bandwidths``, if given)."""
         weighted = weight_likelihood(
-            relax_support(self.model, bandwidths, self.spread_counts),
+            self._relaxed(self.model, bandwidths),
             weights=weights,
             prior_sites=self.prior_sites,
         )
@@ -418,7 +435,7 @@ class WeightedModel:
     ) -> dict[str, Any]:
         """The model's trace at the flat vector ``theta`` on ``data``, supports relaxed."""
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
-        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths, self.spread_counts)
+        relaxed = self._relaxed(handlers.substitute(self.model, params), bandwidths)
         return handlers.trace(relaxed).get_trace(**self._kwargs(data))
 
     def _likelihood_sites(

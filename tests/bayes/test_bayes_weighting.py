@@ -286,6 +286,29 @@ def test_a_spread_count_is_its_three_nearest_counts_weighted_by_a_b_spline_with_
     assert abs(float(kinked(2.0 - 1e-7)) - float(kinked(2.0 + 1e-7))) > 1e-2
 
 
+@pytest.mark.parametrize(
+    ("count", "values"),
+    [
+        (dist.Binomial(6, 0.3), [-1.3, -0.6, 6.7, 7.4]),
+        (dist.Binomial(0, 0.3), [-0.4, 0.0, 0.8]),
+        (dist.Poisson(0.0), [0.0, 0.3, 0.7]),
+        (dist.Poisson(3.0), [-0.8]),
+    ],
+)
+def test_a_spread_count_off_the_support_or_beside_an_impossible_one_is_on_the_interpolations_line(
+    count, values
+):
+    """Beyond the support's ends (a column declared real), on a support of one count, and beside a count
+    of probability 0 (a rate that underflowed), the spread count is the interpolation's line: finite,
+    never 0·(−∞)."""
+    values = jnp.asarray(values)
+    spread = between_counts(unvalidated(count), spread=True).log_prob(values)
+    np.testing.assert_allclose(
+        spread, between_counts(unvalidated(count)).log_prob(values), rtol=1e-9, atol=1e-9
+    )
+    assert np.all(np.isfinite(spread))
+
+
 def test_spreading_a_count_keeps_a_poissons_features_and_changes_a_negative_binomials():
     """The attack sees a count through its features ∇θ log p(y | θ). A Poisson's are linear in y, which the
     B-spline reproduces: spread or interpolated, the same. A negative binomial's (in its concentration)
