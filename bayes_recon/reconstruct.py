@@ -18,7 +18,6 @@ This module holds that orchestration: the configuration, the rounds, the result.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import time
@@ -508,21 +507,15 @@ def reconstruct(
     # for progress: the self-check and the Frank–Wolfe rounds count as one round; the rescue's, once they run
     units = rounds + config.bootstrap + checking
 
-    # The objectives on the subset of draws (the grid's, the cloud's first stages, and the Newton Hessian
-    # of all three cloud stages) spread relaxed counts over their nearest three
-    # (weighting.between_counts): the interpolation's kinks made those Newton steps creep. The
-    # objectives on every draw, which the result is judged by, keep the interpolation.
-    coarse_problem = problem._replace(weighted=dataclasses.replace(weighted, spread_counts=True))
-
     def objectives(draws: Array, coarse_draws: Array) -> Objectives:
         """Built inside the compiled function, so that the draws are arguments, not embedded constants.
         Those on the subset of draws share its slices (from seed + 3), those on all draws theirs."""
         return Objectives(
-            coarse=build_objective(coarse_problem, coarse_draws, seed + 3),
+            coarse=build_objective(problem, coarse_draws, seed + 3),
             full=build_objective(problem, draws, seed + 1),
             minibatch=None if minibatch is None else build_objective(problem, draws, seed + 1, minibatch),
-            coarse_in_mass=build_mass_quadratic(coarse_problem, coarse_draws, seed + 3),
-            coarse_hessian=build_hessian(coarse_problem, coarse_draws, seed + 3),
+            coarse_in_mass=build_mass_quadratic(problem, coarse_draws, seed + 3),
+            coarse_hessian=build_hessian(problem, coarse_draws, seed + 3),
         )
 
     keys = jnp.concatenate(  # the rescue's keys apart: the first restarts' do not depend on their number

@@ -5,8 +5,8 @@ arguments), :class:`weight_likelihood` scales every observed site's log-probabil
 per-point weights (all but the prior's: a ``numpyro.factor`` of the parameters alone, an observation
 of fixed data), and :class:`relax_support` evaluates those log-probabilities without NumPyro's support
 mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), interpolates a count's
-between the integers (:func:`between_counts`; or spreads it over the nearest three), and smooths the
-kink of an (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
+between the integers (:func:`between_counts`), and smooths the kink of an
+(asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
 The log density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
 plain functions of ``(vector, pseudo-data, weights)``.
 """
@@ -83,29 +83,18 @@ class relax_support(Messenger):
     between the integers (:func:`between_counts`), where it is the model's own (a negative binomial's
     by the formula of :class:`_GammaPoissonByLgamma`); a rate's or a probability's formula is
     evaluated as it is.
-    With ``spread_counts`` a relaxed count of a likelihood site (not of ``prior_sites``) is spread over
-    its nearest three counts instead (see :func:`between_counts`). A kinked site (Laplace, asymmetric
-    Laplace) named in ``bandwidths`` gets its kink smoothed by that bandwidth (:class:`_SmoothedLaplace`,
-    :class:`_SmoothedAsymmetricLaplace`).
+    A kinked site (Laplace, asymmetric Laplace) named in ``bandwidths`` gets its kink smoothed by that
+    bandwidth (:class:`_SmoothedLaplace`, :class:`_SmoothedAsymmetricLaplace`).
     The user's distribution is not modified: the site gets an unvalidated copy.
     """
 
-    def __init__(
-        self,
-        fn: Callable | None = None,
-        bandwidths: Bandwidths | None = None,
-        spread_counts: bool = False,
-        prior_sites: frozenset[str] = frozenset(),
-    ) -> None:
+    def __init__(self, fn: Callable | None = None, bandwidths: Bandwidths | None = None) -> None:
         self.bandwidths = bandwidths or {}
-        self.spread_counts = spread_counts
-        self.prior_sites = prior_sites
         super().__init__(fn)
 
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["is_observed"]:
-            spread = self.spread_counts and msg["name"] not in self.prior_sites
-            msg["fn"] = between_counts(unvalidated(msg["fn"]), spread)
+            msg["fn"] = between_counts(unvalidated(msg["fn"]))
             if msg["name"] in self.bandwidths:
                 msg["fn"] = _smoothed(msg["fn"], self.bandwidths[msg["name"]])
 
@@ -203,7 +192,7 @@ class _GammaPoissonByLgamma(GammaPoisson):
         )
 
 
-def between_counts(fn: Any, spread: bool = False) -> Any:
+def between_counts(fn: Any) -> Any:
     """A count's distribution (validation off, :func:`unvalidated`) evaluated at a relaxed count y as
     (1 − u)·log p(⌊y⌋) + u·log p(⌊y⌋ + 1), u = y − ⌊y⌋; any other distribution as it is.
 
@@ -220,19 +209,10 @@ def between_counts(fn: Any, spread: bool = False) -> Any:
     Off the support (a count column declared real, :mod:`bayes_recon.leaks`) the line through the
     two nearest counts is extended. Labels and 0/1 values of the stratified columns (integers, or the
     boolean support) are evaluated as they are; a vector of counts (``.to_event``) per count.
-
-    With ``spread``, that interpolation averaged over the unit window around y: a quadratic B-spline,
-    ½(½ − d)²·log p(n − 1) + (¾ − d²)·log p(n) + ½(½ + d)²·log p(n + 1), n the count nearest y,
-    d = y − n. Still a weighted data set (three rows, weights non-negative and summing to one), with a
-    derivative in y that is continuous: the linear interpolation's kink at every count made the Newton
-    steps of the attack's stages on the cloud creep where the features are not linear in y (a negative
-    binomial). It is not the model's own at the counts, so only the stages that prepare the last one
-    use it (:mod:`bayes_recon.reconstruct`). A Poisson's or binomial's features do not change (the
-    B-spline reproduces linear functions of y).
     """
     if isinstance(fn, (Independent, MaskedDistribution)) and fn.event_shape != ():
         copy = _copied_as(type(fn), fn)
-        copy.base_dist = between_counts(fn.base_dist, spread)
+        copy.base_dist = between_counts(fn.base_dist)
         return copy
     support = getattr(fn, "support", None)
     if not (
@@ -243,7 +223,7 @@ def between_counts(fn: Any, spread: bool = False) -> Any:
         and fn.event_shape == ()
     ):
         return fn
-    return _copied_as((_spread_counts_kind if spread else _between_counts_kind)(type(fn)), fn)
+    return _copied_as(_between_counts_kind(type(fn)), fn)
 
 
 # A count of probability 0 beside one of positive probability (a rate that underflowed to 0) makes the
@@ -251,10 +231,8 @@ def between_counts(fn: Any, spread: bool = False) -> Any:
 STEEPEST_SLOPE = 1e8
 
 
-def _relaxed_counts_kind(kind: type, name: str, between: Callable[..., Array]) -> type:
-    """``kind`` with its log-probability at a relaxed count y given by ``between(own, y, lower, upper)``,
-    ``own`` its log-probability at counts and [lower, upper] its support; integer values as they are."""
-
+@functools.cache
+def _between_counts_kind(kind: type) -> type:
     def log_prob(self: Distribution, value: Array) -> Array:
         own = functools.partial(kind.log_prob, self)
         if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
@@ -262,48 +240,19 @@ def _relaxed_counts_kind(kind: type, name: str, between: Callable[..., Array]) -
         value = jnp.broadcast_to(value, jnp.broadcast_shapes(jnp.shape(value), self.batch_shape))
         lower = getattr(self.support, "lower_bound", -jnp.inf)
         upper = getattr(self.support, "upper_bound", jnp.inf)
-        return between(own, value, lower, upper)
+        # off the support (a column declared real) the line through the nearest two counts goes on
+        low = jnp.maximum(jnp.minimum(jnp.floor(value), upper - 1), lower)
+        up = value - low
+        # one evaluation at both counts (half the program to compile); a support of one count (a
+        # binomial of no trials) has no next
+        at_low, at_next = own(jnp.stack([low, low + (upper - lower >= 1)]))
+        rise = at_next - at_low
+        # The attack differentiates this four times, and every guard costs: a negative binomial's attack
+        # (N = 100, three covariates, M = 50) took 118 s unguarded (NaN beside an impossible count),
+        # 140 s with this one select, 156 s with a clip and a choice of the nearer count.
+        return at_low + up * jnp.where(jnp.isfinite(rise), rise, -STEEPEST_SLOPE)
 
-    return type(f"{name}{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
-
-
-def _interpolated(own: Callable[[Array], Array], value: Array, lower: Array, upper: Array) -> Array:
-    # off the support (a column declared real) the line through the nearest two counts goes on
-    low = jnp.maximum(jnp.minimum(jnp.floor(value), upper - 1), lower)
-    up = value - low
-    # one evaluation at both counts (half the program to compile); a support of one count (a
-    # binomial of no trials) has no next
-    at_low, at_next = own(jnp.stack([low, low + (upper - lower >= 1)]))
-    rise = at_next - at_low
-    # The attack differentiates this four times, and every guard costs: a negative binomial's attack
-    # (N = 100, three covariates, M = 50) took 118 s unguarded (NaN beside an impossible count),
-    # 140 s with this one select, 156 s with a clip and a choice of the nearer count.
-    return at_low + up * jnp.where(jnp.isfinite(rise), rise, -STEEPEST_SLOPE)
-
-
-def _spread(own: Callable[[Array], Array], value: Array, lower: Array, upper: Array) -> Array:
-    nearest = jnp.clip(jnp.floor(value + 0.5), lower, upper)
-    d = value - nearest
-    neighbours = [jnp.maximum(nearest - 1, lower), nearest, jnp.minimum(nearest + 1, upper)]
-    below, at, above = own(jnp.stack(neighbours))
-    # An impossible count (a rate that underflowed) falls by the steepest slope; beyond either end of
-    # the support the line through the two counts at that end goes on. The weights reproduce a line
-    # for any d, so both are _interpolated's lines.
-    at = jnp.where(jnp.isfinite(at), at, -STEEPEST_SLOPE)
-    below, above = (jnp.where(jnp.isfinite(v), v, at - STEEPEST_SLOPE) for v in (below, above))
-    below = jnp.where(nearest - 1 < lower, 2 * at - above, below)
-    above = jnp.where(nearest + 1 > upper, 2 * at - below, above)
-    return 0.5 * (0.5 - d) ** 2 * below + (0.75 - d**2) * at + 0.5 * (0.5 + d) ** 2 * above
-
-
-@functools.cache
-def _between_counts_kind(kind: type) -> type:
-    return _relaxed_counts_kind(kind, "Between", _interpolated)
-
-
-@functools.cache
-def _spread_counts_kind(kind: type) -> type:
-    return _relaxed_counts_kind(kind, "Spread", _spread)
+    return type(f"Between{kind.__name__}", (kind,), {"log_prob": log_prob, "__doc__": between_counts.__doc__})
 
 
 def _relaxed_kind(fn: Distribution) -> type:
@@ -363,8 +312,6 @@ class WeightedModel:
     ``prior_sites``: observed sites that do not take the rows (a ``numpyro.factor`` of a prior term, an
     observation of fixed data): part of the prior, never weighted. Only
     :func:`bayes_recon.modelcheck.prepare_release` finds them; left empty, every observed site is the rows'.
-    ``spread_counts``: the likelihood's relaxed counts spread over their nearest three
-    (:func:`between_counts`), as the attack's objectives on the subset of draws evaluate them.
     """
 
     model: Callable
@@ -373,10 +320,6 @@ class WeightedModel:
     latent_example: Mapping[str, Array]
     reshaped: frozenset[str] = frozenset()
     prior_sites: frozenset[str] = frozenset()
-    spread_counts: bool = False
-
-    def _relaxed(self, model: Callable, bandwidths: Bandwidths | None) -> relax_support:
-        return relax_support(model, bandwidths, self.spread_counts, self.prior_sites)
 
     def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
         return {**self.fixed, **data}
@@ -408,9 +351,7 @@ class WeightedModel:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
         smoothed by ``bandwidths``, if given)."""
         weighted = weight_likelihood(
-            self._relaxed(self.model, bandwidths),
-            weights=weights,
-            prior_sites=self.prior_sites,
+            relax_support(self.model, bandwidths), weights=weights, prior_sites=self.prior_sites
         )
         return -potential_energy(weighted, (), self._kwargs(data), self.unravel(theta))
 
@@ -435,7 +376,7 @@ class WeightedModel:
     ) -> dict[str, Any]:
         """The model's trace at the flat vector ``theta`` on ``data``, supports relaxed."""
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
-        relaxed = self._relaxed(handlers.substitute(self.model, params), bandwidths)
+        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths)
         return handlers.trace(relaxed).get_trace(**self._kwargs(data))
 
     def _likelihood_sites(

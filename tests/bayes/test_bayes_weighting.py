@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +9,6 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 import scipy.stats
-from jax import Array
 from numpyro import handlers
 from numpyro.infer.util import potential_energy
 
@@ -256,75 +251,6 @@ def test_a_relaxed_count_moves_from_an_integer_never_turns_impossible_counts_int
     values = jnp.array([1e-6, 2.5])
     assert float(vector.log_prob(values)) == pytest.approx(float(one_by_one.log_prob(values).sum()))
     assert float(vector.log_prob(jnp.zeros(2))) == pytest.approx(float(vector.log_prob(1e-9 * jnp.ones(2))))
-
-
-@pytest.mark.parametrize(
-    "count", [dist.NegativeBinomial2(3.0, 2.0), dist.Poisson(3.0), dist.Binomial(6, 0.3)]
-)
-def test_a_spread_count_is_its_three_nearest_counts_weighted_by_a_b_spline_with_a_continuous_slope(count):
-    """Spread, a relaxed count y is the counts n − 1, n, n + 1 (n nearest y, d = y − n) of weights
-    ½(½ − d)², ¾ − d², ½(½ + d)²: positive, summing to one (a data set), the interpolation averaged over
-    the unit window around y; beyond the support's ends the interpolation's line. Its slope in y has no
-    jump at the counts (the interpolation's does) nor anywhere else."""
-    spread = between_counts(unvalidated(count), spread=True)
-    line = between_counts(unvalidated(count))
-    y = jnp.linspace(0.0, 5.9, 60)
-    n, d = jnp.floor(y + 0.5), y - jnp.floor(y + 0.5)
-    mixed = (
-        0.5 * (0.5 - d) ** 2 * line.log_prob(n - 1)
-        + (0.75 - d**2) * line.log_prob(n)
-        + 0.5 * (0.5 + d) ** 2 * line.log_prob(n + 1)
-    )
-    np.testing.assert_allclose(spread.log_prob(y), mixed, rtol=1e-9, atol=1e-12)
-    window = (jnp.arange(2000) + 0.5) / 2000 - 0.5  # the midpoint rule over the unit window
-    averaged = jnp.mean(jax.vmap(line.log_prob)(y[:, None] + window[None, :]), axis=1)
-    np.testing.assert_allclose(spread.log_prob(y), averaged, atol=1e-5)
-    slope = jax.grad(spread.log_prob)
-    for k in (1.0, 2.0, 2.5, 3.0):
-        assert float(slope(k - 1e-7)) == pytest.approx(float(slope(k + 1e-7)), abs=1e-5)
-    kinked = jax.grad(line.log_prob)
-    assert abs(float(kinked(2.0 - 1e-7)) - float(kinked(2.0 + 1e-7))) > 1e-2
-
-
-@pytest.mark.parametrize(
-    ("count", "values"),
-    [
-        (dist.Binomial(6, 0.3), [-1.3, -0.6, 6.7, 7.4]),
-        (dist.Binomial(0, 0.3), [-0.4, 0.0, 0.8]),
-        (dist.Poisson(0.0), [0.0, 0.3, 0.7]),
-        (dist.Poisson(3.0), [-0.8]),
-    ],
-)
-def test_a_spread_count_off_the_support_or_beside_an_impossible_one_is_on_the_interpolations_line(
-    count, values
-):
-    """Beyond the support's ends (a column declared real), on a support of one count, and beside a count
-    of probability 0 (a rate that underflowed), the spread count is the interpolation's line: finite,
-    never 0·(−∞)."""
-    values = jnp.asarray(values)
-    spread = between_counts(unvalidated(count), spread=True).log_prob(values)
-    np.testing.assert_allclose(
-        spread, between_counts(unvalidated(count)).log_prob(values), rtol=1e-9, atol=1e-9
-    )
-    assert np.all(np.isfinite(spread))
-
-
-def test_spreading_a_count_keeps_a_poissons_features_and_changes_a_negative_binomials():
-    """The attack sees a count through its features ∇θ log p(y | θ). A Poisson's are linear in y, which the
-    B-spline reproduces: spread or interpolated, the same. A negative binomial's (in its concentration)
-    are not: spreading changes them between the counts, and that is the point of it."""
-    y = jnp.linspace(0.1, 8.9, 30)
-
-    def features(family: Callable[[Array], Any], spread: bool) -> np.ndarray:
-        return np.asarray(
-            jax.vmap(
-                jax.grad(lambda t, v: between_counts(unvalidated(family(t)), spread).log_prob(v)), (None, 0)
-            )(jnp.asarray(1.3), y)
-        )
-
-    np.testing.assert_allclose(features(dist.Poisson, True), features(dist.Poisson, False), rtol=1e-10)
-    negbin = partial(dist.NegativeBinomial2, 3.0)
-    assert np.max(np.abs(features(negbin, True) - features(negbin, False))) > 1e-3
 
 
 def test_a_negative_binomial_is_evaluated_by_log_gammas_to_scipys_precision():
