@@ -1,4 +1,5 @@
-"""Posterior draws in, as {site: (S, ...) array}: a dict, a NumPyro MCMC, ArviZ, or Stan names.
+"""Posterior draws in, as {site: (S, ...) array}: a dict, a NumPyro MCMC, ArviZ, a pandas DataFrame,
+posteriordb's reference draws, or Stan names.
 
 Stan names (``beta[1]``, ``sigma``, ``Omega[2,3]``, or CmdStan's CSV spelling ``beta.1``,
 ``Omega.2.3``) are 1-based and flattened; they are mapped to NumPyro sites by name and index.
@@ -13,15 +14,24 @@ from typing import Any
 
 import numpy as np
 
+from bayes_recon.posteriordb import chains_to_draws
 from recon_core.errors import ReconError
 
 _STAN_NAME = re.compile(r"^(?P<site>[^\[\]]+?)(\[(?P<index>[0-9, ]+)\]|\.(?P<dotted>[0-9]+(\.[0-9]+)*))?$")
 
 
 def as_draws(source: Any) -> dict[str, np.ndarray]:
-    """Draws from a dict, a NumPyro ``MCMC``, an ArviZ ``InferenceData`` or ``DataTree``."""
+    """Draws from a dict, a NumPyro ``MCMC``, an ArviZ ``InferenceData`` or ``DataTree``, a pandas
+    ``DataFrame`` of one column per Stan name (CmdStanPy's ``draws_pd()``), or posteriordb's reference
+    draws: the list of chains its ``Posterior.reference_draws()`` returns, or that ``Posterior``."""
     if hasattr(source, "get_samples"):  # numpyro.infer.MCMC
         return {k: np.asarray(v) for k, v in source.get_samples().items()}
+    if callable(getattr(source, "reference_draws", None)):  # posteriordb's Posterior
+        source = source.reference_draws()
+    if isinstance(source, (list, tuple)):
+        return group_stan_names(chains_to_draws(list(source), "the draws (a list of chains)"))
+    if hasattr(source, "columns") and hasattr(source, "to_numpy"):  # a pandas DataFrame
+        return group_stan_names({str(c): np.asarray(source[c].to_numpy()) for c in source.columns})
     posterior = _arviz_posterior(source)
     if posterior is not None:
         out = {}
@@ -33,7 +43,8 @@ def as_draws(source: Any) -> dict[str, np.ndarray]:
         return group_stan_names({str(k): np.asarray(v) for k, v in source.items()})
     raise ReconError(
         f"cannot read posterior draws from a {type(source).__name__}; pass a dict of arrays "
-        "(MCMC.get_samples()), a NumPyro MCMC, or an ArviZ InferenceData/DataTree"
+        "(MCMC.get_samples()), a NumPyro MCMC, an ArviZ InferenceData/DataTree, a pandas DataFrame or "
+        "posteriordb's reference draws (a list of chains)"
     )
 
 

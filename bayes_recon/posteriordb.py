@@ -10,6 +10,7 @@ import difflib
 import json
 import os
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,17 +82,21 @@ def load_posterior(name: str, path: str | Path | None = None) -> Posterior:
 
 
 def chains_to_draws(chains: Any, source: str) -> dict[str, np.ndarray]:
-    """posteriordb's reference draws, a list of chains each {name: [values]}, as {name: (S,)}."""
-    if not isinstance(chains, list) or not all(isinstance(c, dict) for c in chains):
-        raise ReconError(f"{source}: expected a list of chains, each a JSON object of parameter → draws")
-    if not chains or not any(chains[0].values()):
+    """posteriordb's reference draws, a list of chains each {name: [values]}, as {name: (S,)}; a chain's
+    arrays of values per draw ({name: (draws, ...)}) are concatenated along the draws."""
+    if not isinstance(chains, list) or not all(isinstance(c, Mapping) for c in chains):
+        raise ReconError(
+            f"{source}: expected a list of chains, each a mapping (a JSON object) of parameter → draws"
+        )
+    if not chains or not any(np.size(v) for v in chains[0].values()):
         raise ReconError(f"{source} holds no draws; the attack needs posterior draws (hundreds or more)")
     names = set(chains[0])
     if any(set(c) != names for c in chains):
         raise ReconError(f"{source}: the chains name different parameters; every chain needs the same")
     try:
         return {
-            k: np.concatenate([np.asarray(c[k], dtype=float).reshape(-1) for c in chains]) for k in chains[0]
+            k: np.concatenate([np.atleast_1d(np.asarray(c[k], dtype=float)) for c in chains])
+            for k in chains[0]
         }
     except (TypeError, ValueError) as err:
         raise ReconError(f"{source}: the draws are not all numbers ({err})") from None

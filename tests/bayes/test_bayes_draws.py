@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import warnings
+import zipfile
 
 import jax
 import numpy as np
@@ -10,7 +12,8 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 
-from bayes_recon.draws import as_draws, check_draws, from_stan_names
+from bayes_recon.draws import as_draws, check_draws, from_stan_names, group_stan_names
+from bayes_recon.posteriordb import EMBEDDED, load_posterior
 from recon_core.errors import ReconError
 
 RNG = np.random.default_rng(5)
@@ -96,8 +99,53 @@ def test_as_draws_from_numpyro_mcmc():
     assert check_draws(out, {"mu": ()})["mu"].shape == (60,)
 
 
+def test_as_draws_reads_posteriordb_reference_draws_as_its_package_returns_them():
+    """posteriordb's ``Posterior.reference_draws()`` is the file's JSON: a list of chains by Stan name."""
+    name = "kidiq-kidscore_momiq"
+    file = EMBEDDED / "reference_posteriors" / "draws" / "draws" / f"{name}.json.zip"
+    with zipfile.ZipFile(file) as archive:
+        chains = json.loads(archive.read(archive.namelist()[0]))
+    expected = group_stan_names(load_posterior(name).draws)
+    out = as_draws(chains)
+    assert set(out) == set(expected) == {"beta", "sigma"}
+    for site in out:
+        np.testing.assert_array_equal(out[site], expected[site])
+    assert out["beta"].shape == (sum(len(c["sigma"]) for c in chains), 2)
+
+    class PosteriordbPosterior:  # what ``posteriordb.PosteriorDatabase(path).posterior(name)`` offers
+        def reference_draws(self) -> list:
+            return chains
+
+    np.testing.assert_array_equal(as_draws(PosteriordbPosterior())["beta"], expected["beta"])
+
+
+def test_as_draws_from_a_list_of_chains_keeps_each_draw_s_shape():
+    beta = RNG.normal(size=(2, 15, 3))
+    out = as_draws([{"beta": beta[0], "sigma": np.ones(15)}, {"beta": beta[1], "sigma": np.ones(15)}])
+    np.testing.assert_array_equal(out["beta"], beta.reshape(30, 3))
+
+
+def test_as_draws_from_a_dataframe_of_stan_columns():
+    pandas = pytest.importorskip("pandas")
+    beta, sigma = RNG.normal(size=(40, 2)), RNG.uniform(size=40)
+    frame = pandas.DataFrame(  # CmdStanPy's draws_pd(): bookkeeping columns beside the parameters
+        {
+            "chain__": np.repeat([1, 2], 20),
+            "lp__": RNG.normal(size=40),
+            "beta[1]": beta[:, 0],
+            "beta[2]": beta[:, 1],
+            "sigma": sigma,
+        }
+    )
+    out = as_draws(frame)
+    np.testing.assert_array_equal(out["beta"], beta)
+    np.testing.assert_array_equal(check_draws(out, EXPECTED)["sigma"], sigma)
+
+
 def test_as_draws_rejects_other_types():
-    with pytest.raises(ReconError, match="cannot read posterior draws from a list"):
+    with pytest.raises(ReconError, match="cannot read posterior draws from a float"):
+        as_draws(3.5)
+    with pytest.raises(ReconError, match="expected a list of chains"):
         as_draws([1, 2, 3])
 
 
