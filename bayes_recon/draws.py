@@ -31,7 +31,15 @@ def as_draws(source: Any) -> dict[str, np.ndarray]:
     if isinstance(source, (list, tuple)):
         return group_stan_names(chains_to_draws(list(source), "the draws (a list of chains)"))
     if hasattr(source, "columns") and hasattr(source, "to_numpy"):  # a pandas DataFrame
-        return group_stan_names({str(c): np.asarray(source[c].to_numpy()) for c in source.columns})
+        columns = {str(c): np.asarray(source[c].to_numpy()) for c in source.columns}
+        held = [c for c, v in columns.items() if v.dtype == object]
+        if held:
+            raise ReconError(
+                f"the DataFrame's column(s) {held[:5]} hold objects, not one number per draw (a DataFrame "
+                "made from posteriordb's chains holds a chain's list in each cell); pass one row per draw, "
+                "or the list of chains itself"
+            )
+        return group_stan_names(columns)
     posterior = _arviz_posterior(source)
     if posterior is not None:
         out = {}
@@ -82,7 +90,16 @@ def from_stan_names(draws: Mapping[str, np.ndarray], what: str = "draws") -> dic
         index = tuple(int(i) - 1 for i in re.split(r"[,.]", written)) if written else ()
         if any(i < 0 for i in index):
             raise ReconError(f"the name {name!r} of the {what} has index 0; Stan names count from 1")
-        grouped.setdefault(match["site"], {})[index] = np.asarray(values, dtype=float)
+        try:
+            values = np.asarray(values, dtype=float)
+        except (TypeError, ValueError) as err:
+            raise ReconError(f"the {what} of {name!r} are not all numbers ({err})") from None
+        if index and values.ndim != 1:
+            raise ReconError(
+                f"the {what} of {name!r} have shape {values.shape}; an indexed Stan name holds one number "
+                "per draw"
+            )
+        grouped.setdefault(match["site"], {})[index] = values
     out = {}
     for site, parts in grouped.items():
         if list(parts) == [()]:

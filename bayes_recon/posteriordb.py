@@ -88,18 +88,22 @@ def chains_to_draws(chains: Any, source: str) -> dict[str, np.ndarray]:
         raise ReconError(
             f"{source}: expected a list of chains, each a mapping (a JSON object) of parameter → draws"
         )
-    if not chains or not any(np.size(v) for v in chains[0].values()):
-        raise ReconError(f"{source} holds no draws; the attack needs posterior draws (hundreds or more)")
+    if not chains:
+        raise ReconError(f"{source} holds no chains; the attack needs posterior draws (hundreds or more)")
     names = set(chains[0])
     if any(set(c) != names for c in chains):
         raise ReconError(f"{source}: the chains name different parameters; every chain needs the same")
     try:
-        return {
-            k: np.concatenate([np.atleast_1d(np.asarray(c[k], dtype=float)) for c in chains])
-            for k in chains[0]
-        }
+        arrays = [{k: np.atleast_1d(np.asarray(c[k], dtype=float)) for k in chains[0]} for c in chains]
     except (TypeError, ValueError) as err:
         raise ReconError(f"{source}: the draws are not all numbers ({err})") from None
+    if not any(v.size for v in arrays[0].values()):
+        raise ReconError(f"{source} holds no draws; the attack needs posterior draws (hundreds or more)")
+    for k in chains[0]:
+        shapes = sorted({a[k].shape[1:] for a in arrays})
+        if len(shapes) > 1:
+            raise ReconError(f"{source}: the chains' draws of {k!r} differ in shape per draw: {shapes}")
+    return {k: np.concatenate([a[k] for a in arrays]) for k in chains[0]}
 
 
 def _inside(root: Path, relative: Any, source: Path) -> Path:

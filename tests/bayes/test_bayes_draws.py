@@ -12,8 +12,8 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 
-from bayes_recon.draws import as_draws, check_draws, from_stan_names, group_stan_names
-from bayes_recon.posteriordb import EMBEDDED, load_posterior
+from bayes_recon.draws import as_draws, check_draws, from_stan_names
+from bayes_recon.posteriordb import EMBEDDED
 from recon_core.errors import ReconError
 
 RNG = np.random.default_rng(5)
@@ -101,28 +101,46 @@ def test_as_draws_from_numpyro_mcmc():
 
 def test_as_draws_reads_posteriordb_reference_draws_as_its_package_returns_them():
     """posteriordb's ``Posterior.reference_draws()`` is the file's JSON: a list of chains by Stan name."""
-    name = "kidiq-kidscore_momiq"
-    file = EMBEDDED / "reference_posteriors" / "draws" / "draws" / f"{name}.json.zip"
+    file = EMBEDDED / "reference_posteriors" / "draws" / "draws" / "kidiq-kidscore_momiq.json.zip"
     with zipfile.ZipFile(file) as archive:
         chains = json.loads(archive.read(archive.namelist()[0]))
-    expected = group_stan_names(load_posterior(name).draws)
-    out = as_draws(chains)
-    assert set(out) == set(expected) == {"beta", "sigma"}
-    for site in out:
-        np.testing.assert_array_equal(out[site], expected[site])
-    assert out["beta"].shape == (sum(len(c["sigma"]) for c in chains), 2)
+    assert len(chains) > 1  # chain after chain, in order
+    beta = np.stack([np.concatenate([c[f"beta[{j}]"] for c in chains]) for j in (1, 2)], axis=-1)
+    sigma = np.concatenate([c["sigma"] for c in chains])
+    for given in (chains, tuple(chains)):
+        out = as_draws(given)
+        assert set(out) == {"beta", "sigma"}
+        np.testing.assert_array_equal(out["beta"], beta)
+        np.testing.assert_array_equal(out["sigma"], sigma)
 
     class PosteriordbPosterior:  # what ``posteriordb.PosteriorDatabase(path).posterior(name)`` offers
         def reference_draws(self) -> list:
             return chains
 
-    np.testing.assert_array_equal(as_draws(PosteriordbPosterior())["beta"], expected["beta"])
+    np.testing.assert_array_equal(as_draws(PosteriordbPosterior())["beta"], beta)
 
 
 def test_as_draws_from_a_list_of_chains_keeps_each_draw_s_shape():
-    beta = RNG.normal(size=(2, 15, 3))
-    out = as_draws([{"beta": beta[0], "sigma": np.ones(15)}, {"beta": beta[1], "sigma": np.ones(15)}])
+    beta, sigma = RNG.normal(size=(2, 15, 3)), RNG.uniform(size=(2, 15))
+    out = as_draws([{"beta": beta[i], "sigma": sigma[i]} for i in range(2)])
     np.testing.assert_array_equal(out["beta"], beta.reshape(30, 3))
+    np.testing.assert_array_equal(out["sigma"], sigma.reshape(30))
+
+
+@pytest.mark.parametrize(
+    ("chains", "message"),
+    [
+        ([{"sigma": [[1.0, 2.0], [3.0]]}], "not all numbers"),  # ragged
+        ([{"beta": np.zeros((15, 3))}, {"beta": np.zeros((15, 2))}], r"'beta' differ in shape per draw"),
+        ([{"sigma": [1.0]}, {"tau": [1.0]}], "name different parameters"),
+        ([{"sigma": []}], "holds no draws"),
+        ([], "holds no chains"),
+        ([{"beta[1]": np.zeros((15, 1))}], r"'beta\[1\]' have shape \(15, 1\)"),
+    ],
+)
+def test_as_draws_refuses_lists_of_chains_it_cannot_read(chains, message):
+    with pytest.raises(ReconError, match=message):
+        as_draws(chains)
 
 
 def test_as_draws_from_a_dataframe_of_stan_columns():
@@ -140,6 +158,10 @@ def test_as_draws_from_a_dataframe_of_stan_columns():
     out = as_draws(frame)
     np.testing.assert_array_equal(out["beta"], beta)
     np.testing.assert_array_equal(check_draws(out, EXPECTED)["sigma"], sigma)
+    # posteriordb's chains put in a DataFrame: a chain's list in each cell
+    lists = pandas.DataFrame([{"sigma": list(sigma[:20])}, {"sigma": list(sigma[20:])}])
+    with pytest.raises(ReconError, match=r"column\(s\) \['sigma'\] hold objects"):
+        as_draws(lists)
 
 
 def test_as_draws_rejects_other_types():
