@@ -86,6 +86,7 @@ def prepare_release(
     priors = prior_sites(model, layout, fixed)
     weighted = WeightedModel(model, tuple(shapes), fixed, latent_example, reshaped, priors)
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
+    check_draws_on_supports(theta, weighted)
     flat = np.flatnonzero(np.ptp(theta, axis=0) == 0)
     if len(flat):
         names = [weighted.coordinate_names[i] for i in flat]
@@ -99,6 +100,24 @@ def prepare_release(
     check_covariates(weighted, layout, probe_draws)
     per_unit = None if units is None else check_units(weighted, layout, units, probe_draws)
     return Release(weighted, layout, checked, theta, per_unit)
+
+
+def check_draws_on_supports(theta: np.ndarray, weighted: WeightedModel) -> None:
+    """Refuse draws off their site's support (a scale drawn negative, a probability above one): NumPyro's
+    transform to the unconstrained space is not finite there, and the model's log-likelihood at such
+    draws would otherwise be blamed on the free columns."""
+    bad = ~np.isfinite(theta)
+    if not bad.any():
+        return
+    rows = np.flatnonzero(bad.any(axis=1))
+    names = [weighted.coordinate_names[i] for i in np.flatnonzero(bad.any(axis=0))]
+    raise ReconError(
+        f"{len(rows)} of {len(theta)} draws (first: draw {rows[0]}) lie outside (or on the edge of) the "
+        "support the model gives "
+        f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''} (e.g. a scale below zero or a "
+        "probability above one), where the model's density is zero. Are these draws from this model, with "
+        "its priors' supports? Drop those draws, or write the model as the sampler's was."
+    )
 
 
 def model_arguments(model: Callable) -> tuple[set[str], bool]:

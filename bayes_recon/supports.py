@@ -31,6 +31,7 @@ import numpyro
 from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
+from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
 
 from bayes_recon import pseudo
@@ -143,7 +144,36 @@ def column_supports(
             )
         if column not in given:
             supports[column] = parametrised(column, support, "the response")
+        elif outside := values_outside(given[column], support):
+            raise ReconError(
+                f"support= says the response {column!r} is {given[column]}, but its observed distribution's "
+                f"support is {support}: values such as {outside} lie outside it, where the model's "
+                f"log-likelihood is not finite. Leave {column!r} out of support= (its support then comes "
+                "from the model) or give a support inside the distribution's."
+            )
     return {k: supports.get(k, constraints.real) for k in shapes}
+
+
+def values_outside(given: Constraint, support: Constraint) -> list[float]:
+    """A few values of ``given`` (its first levels, or points across it) that neither ``support`` nor its
+    relaxation (:func:`relaxed`) holds; empty when all lie inside, or when ``support`` cannot be checked on
+    them (bounds that differ by row)."""
+    if pseudo.levels(given) is not None:
+        candidates = np.asarray(pseudo.levels(given)[:3])
+    elif given.is_discrete:  # integers from a lower bound (nonnegative_integer)
+        candidates = (pseudo.common_bound(getattr(given, "lower_bound", 0.0)) or 0.0) + np.arange(3.0)
+    else:
+        candidates = np.asarray(biject_to(given)(jnp.linspace(-3.0, 3.0, 7)))
+    inside = np.zeros(candidates.shape, bool)
+    for held in (support, relaxed(support) or support):  # a count's relaxation holds the reals between
+        try:
+            checked = np.asarray(held.check(jnp.asarray(candidates))).reshape(-1)
+        except Exception:  # a support whose bounds follow the rows: column_supports refuses those
+            return []
+        if checked.shape != candidates.shape:
+            return []
+        inside |= checked
+    return [float(v) for v in candidates[~inside]][:3]
 
 
 def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> None:

@@ -59,6 +59,12 @@ def test_responses_take_their_support_from_the_model():
     assert counted["y"] is constraints.positive
     with pytest.raises(br.ReconError, match="support= says 'y' has support Simplex"):
         column_supports(poisson_regression, shapes, {}, {"y": constraints.simplex})
+    # a support the response's distribution does not hold named the covariate, checked next, as the culprit
+    with pytest.raises(br.ReconError, match=r"response 'y' is Boolean.*support is Positive.*\[0\.0\]"):
+        column_supports(gamma, shapes, {}, {"y": constraints.boolean})
+    with pytest.raises(br.ReconError, match=r"response 'y' is Real.*support is IntegerNonnegative.*-"):
+        column_supports(poisson_regression, shapes, {}, {"y": constraints.real})
+    assert column_supports(gamma, shapes, {}, {"y": constraints.greater_than(1.0)})["y"].lower_bound == 1.0
     # a constraint's name instead of the constraint was an AttributeError from deep inside
     for word in ("positive", 3.0):
         refused = rf"column 'x' {word!r}, not a NumPyro constraint.*--support x="
@@ -485,6 +491,22 @@ def test_a_covariate_off_its_support_is_named_with_the_fix():
 
     with pytest.raises(br.ReconError, match=r"free column 'y'.*support=.*positive"):
         prepare_release(log_response, draws, ["x", "y"])
+
+
+def test_draws_off_their_sites_support_are_refused_by_site_not_blamed_on_a_column():
+    def scaled(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 1))
+        sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(b * x, sigma), obs=y)
+
+    rng = np.random.default_rng(0)
+    draws = {"b": rng.normal(size=50), "sigma": np.abs(rng.normal(size=50)) + 0.1}
+    prepare_release(scaled, draws, ["x", "y"])
+    draws["sigma"][[3, 7]] *= -1.0  # the log-likelihood at these draws is NaN: 'x' took the blame
+    refused = r"2 of 50 draws \(first: draw 3\).*support the model gives sigma"
+    with pytest.raises(br.ReconError, match=refused):
+        prepare_release(scaled, draws, ["x", "y"])
 
 
 def test_check_names_the_sums_a_canonical_link_sees_and_none_for_another_link():
