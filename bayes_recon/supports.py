@@ -147,33 +147,38 @@ def column_supports(
         elif outside := values_outside(given[column], support):
             raise ReconError(
                 f"support= says the response {column!r} is {given[column]}, but its observed distribution's "
-                f"support is {support}: values such as {outside} lie outside it, where the model's "
-                f"log-likelihood is not finite. Leave {column!r} out of support= (its support then comes "
-                "from the model) or give a support inside the distribution's."
+                f"support is {support}: values such as {outside} lie outside it (and outside the attack's "
+                f"relaxation of it). Leave {column!r} out of support= (its support then comes from the "
+                "model) or give a support inside the distribution's."
             )
     return {k: supports.get(k, constraints.real) for k in shapes}
 
 
 def values_outside(given: Constraint, support: Constraint) -> list[float]:
-    """A few values of ``given`` (its first levels, or points across it) that neither ``support`` nor its
-    relaxation (:func:`relaxed`) holds; empty when all lie inside, or when ``support`` cannot be checked on
-    them (bounds that differ by row)."""
-    if pseudo.levels(given) is not None:
-        candidates = np.asarray(pseudo.levels(given)[:3])
-    elif given.is_discrete:  # integers from a lower bound (nonnegative_integer)
-        candidates = (pseudo.common_bound(getattr(given, "lower_bound", 0.0)) or 0.0) + np.arange(3.0)
-    else:
-        candidates = np.asarray(biject_to(given)(jnp.linspace(-3.0, 3.0, 7)))
-    inside = np.zeros(candidates.shape, bool)
-    for held in (support, relaxed(support) or support):  # a count's relaxation holds the reals between
-        try:
-            checked = np.asarray(held.check(jnp.asarray(candidates))).reshape(-1)
-        except Exception:  # a support whose bounds follow the rows: column_supports refuses those
-            return []
-        if checked.shape != candidates.shape:
-            return []
-        inside |= checked
-    return [float(v) for v in candidates[~inside]][:3]
+    """A few values of ``given`` (its first levels, or points across it) that neither ``support`` nor the
+    attack's relaxation of it holds (a count's reals between the integers, a discrete response's interval
+    between its levels); empty when all lie inside, or when ``support`` cannot be checked on them (bounds
+    that differ by row, refused elsewhere)."""
+    bounds = [getattr(support, b) for b in ("lower_bound", "upper_bound") if hasattr(support, b)]
+    if any(pseudo.common_bound(b) is None for b in bounds):
+        return []
+    levels = pseudo.levels(support)
+    between = constraints.interval(levels[0], levels[-1]) if levels else relaxed(support) or support
+    try:
+        if pseudo.levels(given) is not None:
+            candidates = np.asarray(pseudo.levels(given)[:3])
+        elif given.is_discrete:  # integers from a lower bound (nonnegative_integer)
+            candidates = (pseudo.common_bound(getattr(given, "lower_bound", 0.0)) or 0.0) + np.arange(3.0)
+        else:
+            candidates = np.asarray(biject_to(given)(jnp.linspace(-3.0, 3.0, 7)))
+        # one column per row of a bound broadcast to the probe's rows (all equal: checked above)
+        inside = [np.asarray(held.check(jnp.asarray(candidates)[:, None])) for held in (support, between)]
+    except (
+        Exception
+    ):  # a constraint without a bijection or a check on these values: not this check's to judge
+        return []
+    held_by_either = np.logical_or(*(np.reshape(v, (len(candidates), -1)).all(axis=1) for v in inside))
+    return [float(f"{v:.3g}") for v in candidates[~held_by_either]][:3]
 
 
 def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> None:

@@ -65,6 +65,11 @@ def test_responses_take_their_support_from_the_model():
     with pytest.raises(br.ReconError, match=r"response 'y' is Real.*support is IntegerNonnegative.*-"):
         column_supports(poisson_regression, shapes, {}, {"y": constraints.real})
     assert column_supports(gamma, shapes, {}, {"y": constraints.greater_than(1.0)})["y"].lower_bound == 1.0
+    # 0/1 responses relaxed to (0, 1), a count's trials to their interval, as the attack relaxes them
+    assert column_supports(logistic_regression, shapes, {}, {"y": constraints.unit_interval})["y"]
+    assert column_supports(binomial, shapes, {}, {"y": constraints.interval(0.0, 5.0)})["y"]
+    with pytest.raises(br.ReconError, match=r"response 'y' is IntegerInterval.*values such as \[6\.0"):
+        column_supports(binomial, shapes, {}, {"y": constraints.integer_interval(4, 7)})
     # a constraint's name instead of the constraint was an AttributeError from deep inside
     for word in ("positive", 3.0):
         refused = rf"column 'x' {word!r}, not a NumPyro constraint.*--support x="
