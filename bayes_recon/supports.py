@@ -164,18 +164,18 @@ def values_outside(given: Constraint, support: Constraint) -> list[float]:
         return []
     levels = pseudo.levels(support)
     between = constraints.interval(levels[0], levels[-1]) if levels else relaxed(support) or support
+    given_levels = pseudo.levels(given)
+    # a constraint without a bijection or a check on these values is not this check's to judge
     try:
-        if pseudo.levels(given) is not None:
-            candidates = np.asarray(pseudo.levels(given)[:3])
+        if given_levels is not None:
+            candidates = np.asarray(given_levels[:3])
         elif given.is_discrete:  # integers from a lower bound (nonnegative_integer)
             candidates = (pseudo.common_bound(getattr(given, "lower_bound", 0.0)) or 0.0) + np.arange(3.0)
         else:
             candidates = np.asarray(biject_to(given)(jnp.linspace(-3.0, 3.0, 7)))
         # one column per row of a bound broadcast to the probe's rows (all equal: checked above)
         inside = [np.asarray(held.check(jnp.asarray(candidates)[:, None])) for held in (support, between)]
-    except (
-        Exception
-    ):  # a constraint without a bijection or a check on these values: not this check's to judge
+    except Exception:
         return []
     held_by_either = np.logical_or(*(np.reshape(v, (len(candidates), -1)).all(axis=1) for v in inside))
     return [float(f"{v:.3g}") for v in candidates[~held_by_either]][:3]
