@@ -186,7 +186,7 @@ def audit_posterior(
     )
     truth = full.truth  # a row of n trials (or exposure n) is n of the units the attack reconstructs
     assert truth is not None
-    spec = full.entry.linear
+    spec = full.entry.linear_given(full.reconstruction.setup.weighted_model.fixed)
     total = int(full.reconstruction.setup.draws.shape[0])
     counts = [n for n in config.draw_counts if n < total]
     last = DrawsPoint(

@@ -397,9 +397,10 @@ def check_posterior(
     )
     points = probe_points(setup, probe_size(setup, config), config.seed)
     found = identify(setup, config, points)
-    if entry.linear is None:
+    spec = entry.linear_given(problem.fixed)
+    if spec is None:
         return PosteriorCheck(name, found, None, None, points)
-    known = linear_model_functions(entry.linear, points)
+    known = linear_model_functions(spec, points)
     if not found.polynomial:
         return PosteriorCheck(name, found, _rank(known, config.tolerance), False, points)
     named = np.stack([s.per_point(points) for s in found.statistics], axis=1)

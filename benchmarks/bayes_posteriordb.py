@@ -34,7 +34,7 @@ import numpy as np
 
 import bayes_recon as br
 from bayes_recon.divergence import Coordinates
-from bayes_recon.models import REGISTRY, Entry
+from bayes_recon.models import REGISTRY, Entry, LinearGaussian
 from bayes_recon.oracle import oracle_for
 from bayes_recon.posteriordb import load_posterior
 from bayes_recon.pseudo import Layout
@@ -47,9 +47,9 @@ STATS = ("N", "XtX", "Xty", "yty")
 
 
 def linear_statistics(
-    entry: Entry, points: dict[str, np.ndarray], weights: np.ndarray
+    spec: LinearGaussian, points: dict[str, np.ndarray], weights: np.ndarray
 ) -> dict[str, np.ndarray]:
-    x, y = entry.linear.design(points)
+    x, y = spec.design(points)
     return br.WeightedMeasure(points, weights).linear_model_statistics(x, y)
 
 
@@ -73,9 +73,9 @@ ORACLE_COLUMNS = (
 )  # fmt: skip
 
 
-def oracle_columns(entry: Entry, measure: br.WeightedMeasure, oracles: dict, truth: dict) -> dict:
+def oracle_columns(spec: LinearGaussian, measure: br.WeightedMeasure, oracles: dict, truth: dict) -> dict:
     """The row's errors against the linear oracle and the truth, and its two bars."""
-    estimate = linear_statistics(entry, dict(measure.points), measure.weights)
+    estimate = linear_statistics(spec, dict(measure.points), measure.weights)
     vs_oracle = br.linear_model_errors(estimate, oracles["attack"].statistics)
     vs_truth = br.linear_model_errors(estimate, truth)
     raw_vs_truth = br.linear_model_errors(oracles["raw"].statistics, truth)
@@ -105,8 +105,9 @@ def run_posterior(
     posterior = load_posterior(name, database)
     data = entry.model_data(posterior.data)
     n_true = len(next(iter(data.values())))
-    linear = entry.linear is not None  # else no oracle: the row has mass, time and steps only
-    truth = linear_statistics(entry, {k: data[k] for k in entry.free}, np.ones(n_true)) if linear else None
+    spec = entry.linear_given(data)  # None: no oracle, the row has mass, time and steps only
+    columns = {k: data[k] for k in entry.free}
+    truth = None if spec is None else linear_statistics(spec, columns, np.ones(n_true))
     rows, oracles = [], None
     strata = len(Layout({k: data[k].shape[1:] for k in entry.free}, entry.support).strata)
     for m in points:
@@ -116,16 +117,16 @@ def run_posterior(
             result = attack(name, entry, posterior, n_points, seed, br.ReconConfig())
             wall = time.perf_counter() - started
             # the coordinates depend on the draws only: one oracle per posterior
-            if oracles is None and linear:
+            if oracles is None and spec is not None:
                 dim = result.setup.draws.shape[1]
                 oracles = {
-                    "attack": oracle_for(result, entry.linear, n_bootstrap=bootstrap),
-                    "raw": oracle_for(result, entry.linear, Coordinates.identity(dim)),
+                    "attack": oracle_for(result, spec, n_bootstrap=bootstrap),
+                    "raw": oracle_for(result, spec, Coordinates.identity(dim)),
                 }
             measure = result.measure
-            columns = (
-                oracle_columns(entry, measure, oracles, truth) if linear else dict.fromkeys(ORACLE_COLUMNS)
-            )
+            bars = dict.fromkeys(ORACLE_COLUMNS)
+            if spec is not None:
+                bars = oracle_columns(spec, measure, oracles, truth)
             steps = int(result.history["steps_taken"].sum(axis=1).max())
             rows.append(
                 {
@@ -135,7 +136,7 @@ def run_posterior(
                     "seed": seed,
                     "N": n_true,
                     "mass": measure.total_mass(),
-                    **columns,
+                    **bars,
                     "wall_s": wall,
                     "compile_s": result.compile_seconds,
                     "steps": steps,
@@ -154,8 +155,9 @@ def slices_study(database: Path, bootstrap: int) -> list[dict]:
     """Distance of the sliced estimators' reconstruction to the exact-divergence oracle."""
     name = "kidiq-kidscore_momiq"
     entry, posterior = REGISTRY[name], load_posterior(name, database)
+    spec = entry.linear_given(entry.model_data(posterior.data))
     exact = attack(name, entry, posterior, 50, 0, br.ReconConfig(estimator="exact"))
-    oracle = oracle_for(exact, entry.linear, n_bootstrap=bootstrap)
+    oracle = oracle_for(exact, spec, n_bootstrap=bootstrap)
     rows = []
     for estimator in ("sliced", "sliced_vr"):
         for n_slices in (1, 4, 16):
@@ -163,7 +165,7 @@ def slices_study(database: Path, bootstrap: int) -> list[dict]:
                 config = br.ReconConfig(estimator=estimator, n_slices=n_slices, steps=steps)
                 started = time.perf_counter()
                 result = attack(name, entry, posterior, 50, 0, config)
-                estimate = linear_statistics(entry, dict(result.measure.points), result.measure.weights)
+                estimate = linear_statistics(spec, dict(result.measure.points), result.measure.weights)
                 errors = br.linear_model_errors(estimate, oracle.statistics)
                 row = {"estimator": estimator, "slices": n_slices, "steps": steps,
                        "vs_exact_oracle": errors, "wall_s": time.perf_counter() - started}  # fmt: skip

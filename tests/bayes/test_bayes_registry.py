@@ -107,14 +107,15 @@ def test_linear_design_is_the_models_likelihood(load_shared, name):
     """The ``LinearGaussian`` description (used by the oracle) gives the model's own log-likelihood."""
     entry, data, draws = _case(load_shared, name)
     wm, free, _ = _weighted_model(entry, entry.model, data, draws)
-    x, y = entry.linear.design({k: data[k] for k in entry.free})
+    spec = entry.linear_given(data)  # a design centred at the data's means reads them from the fixed columns
+    x, y = spec.design({k: data[k] for k in entry.free})
     rows = np.arange(0, len(next(iter(draws.values()))), 997)[:8]
     subset = {k: v[rows] for k, v in draws.items()}
     theta = wm.to_unconstrained(subset, free)
     for i, row in enumerate(rows):
         params = {k: v[row] for k, v in draws.items()}
-        beta = np.asarray(entry.linear.coefficients(params))
-        sigma = float(params[entry.linear.sigma])
+        beta = np.asarray(spec.coefficients(params))
+        sigma = float(params[spec.sigma])
         expected = -0.5 * np.log(2 * np.pi) - np.log(sigma) - 0.5 * ((y - x @ beta) / sigma) ** 2
         got = np.asarray(wm.loglik_per_point(jnp.asarray(theta[i]), free))
         np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-8)
