@@ -11,8 +11,8 @@
    between the true and reconstructed data under the model kernel; and the same for releases of
    fewer draws (the first 100, 1,000, ...). For Gaussian linear regressions those smaller releases
    are scored by the attack's exact optimum, the oracle (one linear solve instead of another
-   compiled attack; the attack lands on it, see benchmarks/bayes_posteriordb.py); for other
-   models the attack is run on each.
+   compiled attack; a converged attack lands on it, see benchmarks/bayes_posteriordb.py, and the
+   full release's self-check says whether this one did); for other models the attack is run on each.
 3. For Gaussian linear regressions with ``epsilons``: the leakage left when the posterior is
    released from noisy sufficient statistics instead (:mod:`bayes_recon.mitigation`).
 
@@ -186,7 +186,7 @@ def audit_posterior(
     )
     truth = full.truth  # a row of n trials (or exposure n) is n of the units the attack reconstructs
     assert truth is not None
-    spec = full.entry.linear_given(full.reconstruction.setup.weighted_model.fixed)
+    spec = full.entry.linear_given(problem.fixed)
     total = int(full.reconstruction.setup.draws.shape[0])
     counts = [n for n in config.draw_counts if n < total]
     last = DrawsPoint(

@@ -88,7 +88,8 @@ def render(audit: Audit) -> str:
     sections += [
         "<h2>Leakage against the number of draws released</h2>",
         "<p class='note'>The first n draws as the release. <i>attack</i>: the reconstruction itself; "
-        "<i>oracle</i>: its exact optimum for a Gaussian linear model, which the attack reaches.</p>",
+        "<i>oracle</i>: its exact optimum for a Gaussian linear model, which a converged attack "
+        "reaches (the verdict at the top says whether this one did).</p>",
         figure_image(_draws_figure(audit), "error of each statistic against the number of draws"),
         table(
             ("draws", "scored by", "relative MMD", "recovered", "partly", "not", "largest error"),

@@ -33,7 +33,7 @@ class LinearGaussian:
     design_of: Callable[[Columns], tuple[np.ndarray, np.ndarray]]
     coefficients: Callable[[Mapping[str, Any]], Any] = lambda params: params["beta"]
     sigma: str = "sigma"
-    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
+    constants: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False)  # arrays: no ==
 
     def design(self, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
         """(X, y) of the data ``columns`` (the free ones)."""
