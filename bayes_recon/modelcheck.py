@@ -114,10 +114,9 @@ def check_draws_on_supports(theta: np.ndarray, weighted: WeightedModel) -> None:
     raise ReconError(
         f"{len(rows)} of {len(theta)} draws (first: draw {rows[0]}) lie outside (or on the edge of) the "
         f"support the model gives {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} (e.g. a scale "
-        "below zero or a "
-        "probability above one, or a value rounded onto its bound by a CSV's six digits), where the model's "
-        "density is zero. Are these draws from this model, with its priors' supports? Drop those draws, or "
-        "write the model as the sampler's was."
+        "below zero or a probability above one, or a value rounded onto its bound by a CSV's six digits), "
+        "where the model's density is zero. Are these draws from this model, with its priors' supports? "
+        "Drop those draws, or write the model as the sampler's was."
     )
 
 
