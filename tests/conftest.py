@@ -18,8 +18,9 @@ from recon_core.headline import NOT_FOR_PUBLICATION
 
 # The tests run small problems, so their time is mostly XLA compiling (thousands of programs); with its
 # optimisations off the default run takes about 30 % less (stop 53: the Poisson attack 59 → 42 s, the
-# kidiq command 51 → 34 s). What they test does not depend on them. Set before any test imports JAX,
-# and inherited by the commands the tests run; JAX_DISABLE_MOST_OPTIMIZATIONS=0 turns them back on.
+# kidiq command 51 → 34 s). Their assertions should not depend on the optimisations: stop 53 found one
+# that did and fixed it (the rescaling test). Set before any test imports JAX, and inherited by the
+# commands the tests run; JAX_DISABLE_MOST_OPTIMIZATIONS=0 turns them back on.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 ImageSizes = list[tuple[bool, int, int]]
