@@ -57,8 +57,9 @@ def test_rescaling_and_shifting_a_column_changes_nothing():
     """The same draws in other units (x·c + shift, b / c) give the same statistics, c from 1e-4 to 1e4, the
     second far from its origin (at 10⁸ ± 10⁴; at 10⁵ ± 100, locating it to the grid's e^±0.125 once left it
     collapsed). It runs the default settings, because one restart without the rescues is not unit-free: at
-    10⁸ ± 1 it ends collapsed (variance 0), and at 10⁸ ± 10⁴ it once did, depending on rounding (stop 53).
-    The self-check catches this, and the rescues recover the same statistics as in the other units."""
+    10⁸ ± 1 it ends collapsed (variance 0), and at 10⁸ ± 10⁴ it once did, on other draws and rounding
+    (stop 53). The self-check catches this, and the rescues recover the same statistics as in the other
+    units."""
     rng = np.random.default_rng(1)
     u = rng.normal(size=100)
     y = 1 + 0.5 * u + rng.normal(size=100)
