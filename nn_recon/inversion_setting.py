@@ -35,7 +35,9 @@ class SettingConfig:
     The evaluation model of the private classes must call every image one of them, so an inverted
     image that looks like a public digit (a 6 the target takes for a 0) still scores if both models
     lean the same way. The all-digits model, trained on every training image with its digit, can
-    answer "that is a 6": its accuracy is the stricter test of whether an image shows its class."""
+    answer "that is a 6": its accuracy is the stricter test of whether an image shows its class.
+    ``per_class`` caps the private training images of each class and, for the all-digits model, the
+    training images of each digit (a small setting is small throughout)."""
 
     private_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
     target: str = "cnn:32,64,128"

@@ -32,7 +32,15 @@ from nn_recon.attacks.stationarity import (
     stationary_points,
 )
 from nn_recon.checkpoint import CheckpointFile, load_torch_file, save_atomically
-from nn_recon.data import TaskData, check_images, load_dataset, load_image_set, load_mnist, make_task
+from nn_recon.data import (
+    TaskData,
+    balanced_subset,
+    check_images,
+    load_dataset,
+    load_image_set,
+    load_mnist,
+    make_task,
+)
 from nn_recon.gan import Gan, GanConfig, load_gan, sample_images, save_gan, train_gan
 from nn_recon.glm import load_glm
 from nn_recon.inversion_setting import (
@@ -582,8 +590,11 @@ def prepare_setting(
         classes = private.classes
         if name.startswith("augmented"):  # distilled from the target on public images
             images, targets = public, soft_labels(models["target"], public)
-        elif name == "evaluation-all-digits":
+        elif name == "evaluation-all-digits":  # per_class images of every digit, like the private classes
             images, targets = load_mnist("train", config.data_root)
+            if config.per_class is not None:
+                keep = balanced_subset(targets, config.per_class, config.seed)
+                images, targets = images[keep], targets[keep]
             classes = tuple(str(digit) for digit in range(10))
         else:
             images, targets = private.images, private.labels

@@ -201,7 +201,7 @@ def test_latent_sites_are_flattened_in_their_unconstrained_size():
         release = prepare_release(model, draws, {k: v.shape[1:] for k, v in data.items()})
         assert release.layout.support("y") is constraints.real
         assert release.weighted_model.dim == dim and release.weighted_model.coordinate_names == names
-        score = jax.vmap(jax.grad(release.weighted_model.log_density), (0, None, None))
+        score = jax.jit(jax.vmap(jax.grad(release.weighted_model.log_density), (0, None, None)))
         g = np.asarray(score(jnp.asarray(release.theta), {k: jnp.asarray(v) for k, v in data.items()},
                              jnp.ones(len(data["y"]))))  # fmt: skip
         batches = g[:600].reshape(20, 30, -1).mean(axis=1)  # batch means absorb NUTS's autocorrelation
