@@ -1,0 +1,204 @@
+"""What the released draws say about the data's information matrix, before any attack (Bernstein–von Mises).
+
+Where the posterior is close to Gaussian, its precision is the prior's curvature plus the data's
+observed information at the posterior mean θ̄:
+
+    Cov(θ | D)⁻¹ ≈ H_prior(θ̄) + I_D(θ̄),   I_D(θ) = −Σ_i ∇²_θ log p(x_i | θ),   H_prior = −∇²_θ log p(θ),
+
+in NumPyro's unconstrained coordinates (the prior's term carries the transforms' Jacobians). So the
+draws alone give Î = Cov(θ)⁻¹ − H_prior(θ̄), with no optimisation. For a Gaussian linear model the
+coefficients' block of I_D is XᵀX / σ²: the design's second moments, its correlations and near-
+collinear columns included; for a GLM, Σ_i v(η_i) x_i x_iᵀ. This is the premise of a start for the
+attack that would take the covariates' whole covariance from the release (issue 17: diamonds' grid,
+diagonal, collapses near-collinear covariates; see the README's stop 54 section).
+
+Per posterior (the registry's, each present in posteriordb; and the synthetic suite of
+``benchmarks/bayes_general.py``, its cached NUTS draws, sampled and cached where missing): d, N and
+the number of draws S, then
+
+* ``rel F``: ‖Î − I_D‖_F / ‖I_D‖_F, I_D from the true data at θ̄;
+* ``whitened``: the largest |eigenvalue| of P^{-1/2} (Î − I_D) P^{-1/2}, P = Cov(θ)⁻¹: the error in the
+  release's own units (1: as large as the posterior's whole precision);
+* ``halves``: the same whitened norm between the estimates from the draws' two halves, over 2: the
+  Monte Carlo level of ``whitened`` (it ignores autocorrelation, so it understates it);
+* for a Gaussian linear model whose coefficients are coordinates of θ (the registry's linear entries,
+  the synthetic normal family), the design itself: ``XtX F``, ‖σ̄² Î_ββ − XᵀX‖_F / ‖XᵀX‖_F (σ̄ at θ̄),
+  the columns' sds (``sd err``, the largest relative error of √diag) and, with an intercept column,
+  ``N`` from its entry (σ̄² Î_00 = N for the true data's information);
+* ``kinked``: the likelihood has a kink (Laplace): its observed information is 0 off the kinks, so
+  I_D is not what the release's precision holds (that is the expected information, 1 / b² per row for
+  a Laplace location of scale b), and the row's errors mean nothing.
+
+Where a posterior is far from Gaussian (a mixture whose labels switch), Î is not the data's information.
+
+Run (from the repository root):
+    .venv/bin/python benchmarks/bayes_release_information.py --json results/bayes_release_information.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from bayes_general import BY_NAME, CACHE, FAMILIES, NORMAL_REGRESSION, load_or_sample
+from bayes_posteriordb import SHARED
+from numpyro.infer.util import constrain_fn
+
+import bayes_recon as br
+from bayes_recon.modelcheck import prepare_release
+from bayes_recon.models import REGISTRY, LinearGaussian
+from bayes_recon.posteriordb import load_posterior
+
+br.enable_float64()
+
+
+def whitened_norm(difference: np.ndarray, precision: np.ndarray) -> float:
+    values, vectors = np.linalg.eigh(precision)
+    root = vectors / np.sqrt(values)  # P^{-1/2} (up to a rotation, which leaves the norm as it is)
+    return float(np.max(np.abs(np.linalg.eigvalsh(root.T @ difference @ root))))
+
+
+def information_row(
+    name: str, release: Any, data: dict[str, np.ndarray], spec: LinearGaussian | None = None
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    model, theta = release.weighted_model, np.asarray(release.theta)
+    columns = {k: jnp.asarray(v) for k, v in data.items()}
+    mean = jnp.asarray(theta.mean(axis=0))
+    prior = -np.asarray(jax.hessian(lambda t: model.log_prior(t, columns))(mean))
+    data_information = -np.asarray(jax.hessian(lambda t: jnp.sum(model.loglik_per_point(t, columns)))(mean))
+
+    def estimate(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        precision = np.linalg.inv(np.atleast_2d(np.cov(draws.T)))
+        return precision - prior, precision
+
+    released, precision = estimate(theta)
+    half = len(theta) // 2
+    first, second = estimate(theta[:half])[0], estimate(theta[half : 2 * half])[0]
+    error = released - data_information
+    return {
+        "posterior": name,
+        "d": int(theta.shape[1]),
+        "N": len(next(iter(data.values()))),
+        "S": len(theta),
+        "relative_frobenius": float(np.linalg.norm(error) / np.linalg.norm(data_information)),
+        "whitened": whitened_norm(error, precision),
+        "halves": whitened_norm(first - second, precision) / 2,
+        # a Laplace likelihood's observed information is 0 off its kinks: Î has nothing to match there
+        "kinked": bool(model.kink_residuals(mean, columns)),
+        **({} if spec is None else design_columns(release, spec, columns, released, mean)),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def design_columns(
+    release: Any, spec: LinearGaussian, columns: dict[str, jax.Array], released: np.ndarray, mean: jax.Array
+) -> dict[str, Any]:
+    """σ̄² times the coefficients' block of Î against the design's XᵀX, where the coefficients are
+    coordinates of θ (else nothing)."""
+    model = release.weighted_model
+
+    def params(theta: jax.Array) -> dict[str, jax.Array]:
+        return constrain_fn(model.model, (), {**model.fixed, **columns}, model.unravel(theta))
+
+    selection = np.asarray(jax.jacfwd(lambda t: jnp.asarray(spec.coefficients(params(t))))(mean))
+    if not (np.isin(selection, (0.0, 1.0)).all() and (selection.sum(axis=1) == 1).all()):
+        return {}
+    index = selection.argmax(axis=1)
+    estimate = float(params(mean)[spec.sigma]) ** 2 * released[np.ix_(index, index)]
+    x, _ = spec.design({k: np.asarray(v) for k, v in columns.items()})
+    xtx = x.T @ x
+    sd_error = np.sqrt(np.clip(np.diag(estimate), 0.0, None) / np.diag(xtx)) - 1
+    return {
+        "design_relative_frobenius": float(np.linalg.norm(estimate - xtx) / np.linalg.norm(xtx)),
+        "design_sd_error": float(np.max(np.abs(sd_error))),
+        "N_estimate": float(estimate[0, 0]) if np.all(x[:, 0] == 1) else None,
+    }
+
+
+def registry_rows(database: Path) -> list[dict[str, Any]]:
+    rows = []
+    for name, entry in REGISTRY.items():
+        if not (database / "posteriors" / f"{name}.json").exists():
+            continue
+        posterior = load_posterior(name, database)
+        data = entry.model_data(posterior.data)
+        free = {k: data[k].shape[1:] for k in entry.free}
+        fixed = {k: data[k] for k in entry.fixed}
+        release = prepare_release(entry.model, posterior.draws, free, fixed=fixed, support=entry.support)
+        spec = entry.linear_given(fixed)
+        rows.append(information_row(name, release, {k: data[k] for k in entry.free}, spec))
+        print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def synthetic_rows(families: list[str], sizes: list[int], covariates: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for family in families:
+        for n in sizes:
+            for k in covariates:
+                dataset = load_or_sample(BY_NAME[family], n, k, CACHE)
+                release = prepare_release(dataset.model, dataset.draws, dataset.free)
+                spec = NORMAL_DESIGN if family == "normal" else None
+                columns = {"X": dataset.X, "y": dataset.y}
+                row = information_row(f"{family} N={n} k={k}", release, columns, spec)
+                rows.append(row)
+                print(format_row(row), flush=True)
+    return rows
+
+
+# the synthetic normal family's design, its slope a scalar site where k = 1
+NORMAL_DESIGN = replace(
+    NORMAL_REGRESSION,
+    coefficients=lambda p: jnp.concatenate([jnp.atleast_1d(p["a"]), jnp.atleast_1d(p["b"])]),
+)
+HEADER = (
+    f"{'posterior':44s} {'d':>3s} {'N':>6s} {'S':>6s} {'rel F':>8s} {'whitened':>9s} {'halves':>8s}"
+    f" {'XtX F':>7s} {'sd err':>7s} {'N est':>8s}"
+)
+
+
+def format_row(row: dict[str, Any]) -> str:
+    return (
+        f"{row['posterior']:44s} {row['d']:3d} {row['N']:6d} {row['S']:6d} {row['relative_frobenius']:8.3f} "
+        f"{row['whitened']:9.3f} {row['halves']:8.3f}"
+        + (
+            f" {row['design_relative_frobenius']:7.3f} {row['design_sd_error']:7.3f}"
+            f" {row['N_estimate'] or float('nan'):8.1f}"
+            if "design_relative_frobenius" in row
+            else ""
+        )
+        + ("  kinked" if row["kinked"] else "")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", type=Path, default=SHARED)
+    parser.add_argument("--families", default=",".join(f.name for f in FAMILIES))
+    parser.add_argument("--n", default="100", help="synthetic data sizes, comma-separated (cached NUTS)")
+    parser.add_argument("--covariates", default="1,3")
+    parser.add_argument("--no-registry", action="store_true")
+    parser.add_argument("--json", type=Path, default=Path("results/bayes_release_information.json"))
+    args = parser.parse_args()
+    print(HEADER)
+    rows = [] if args.no_registry else registry_rows(args.database)
+    numbers = [int(v) for v in re.split(r",\s*", args.n)]
+    ks = [int(v) for v in re.split(r",\s*", args.covariates)]
+    rows += synthetic_rows([f for f in args.families.split(",") if f], numbers, ks)
+    print("\n" + HEADER + "\n" + "\n".join(format_row(r) for r in rows))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows}, indent=2))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
