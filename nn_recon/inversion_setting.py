@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ class SettingConfig:
 
     The evaluation model of the private classes must call every image one of them, so an inverted
     image that looks like a public digit (a 6 the target takes for a 0) still scores if both models
-    lean the same way. The all-digits model, trained on every training image with its digit, can
+    lean the same way. The all-digits model, trained on the training images of all ten digits, can
     answer "that is a 6": its accuracy is the stricter test of whether an image shows its class.
     ``per_class`` caps the private training images of each class and, for the all-digits model, the
     training images of each digit (a small setting is small throughout)."""
@@ -76,6 +77,13 @@ def load_split(config: SettingConfig, split: str = "train") -> tuple[TaskData, n
     return TaskData(check_images(images[private][keep]), labels[keep], classes), public
 
 
+def trained_for(config: SettingConfig) -> dict[str, Any]:
+    """What a setting's classifier (and its checkpoint) records it was trained for: the setting, and
+    that ``per_class`` caps the all-digits model too. A classifier of an older workdir, whose all-digits
+    model took every image whatever ``per_class``, lacks the mark and is refused, not reused."""
+    return {**asdict(config), "per_class_caps_all_digits": True}
+
+
 def fit_classifier(
     architecture: Architecture,
     images: np.ndarray,
@@ -95,7 +103,7 @@ def fit_classifier(
     start, seconds = 0, 0.0
     if checkpoint.exists():
         state = load_torch_file(checkpoint, "a classifier checkpoint", "delete it to start over", device)
-        if state["config"] != asdict(config):
+        if state["config"] != trained_for(config):
             raise ReconError(f"checkpoint {checkpoint} was written for another setting; delete it")
         load_weights(network, state["network"], checkpoint)
         optimiser.load_state_dict(state["optimiser"])
@@ -107,12 +115,14 @@ def fit_classifier(
         desc = f"{architecture.spec} epoch {epoch + 1}"
         loss = minibatch_epoch(network, optimiser, F.cross_entropy, x, y, config.batch_size, rng, desc)
         save_atomically(checkpoint, {
-            "config": asdict(config), "network": network.state_dict(), "optimiser": optimiser.state_dict(),
-            "rng": rng.get_state(), "epoch": epoch + 1, "seconds": time.perf_counter() - started,
+            "config": trained_for(config), "network": network.state_dict(),
+            "optimiser": optimiser.state_dict(), "rng": rng.get_state(), "epoch": epoch + 1,
+            "seconds": time.perf_counter() - started,
         })  # fmt: skip
     seconds = time.perf_counter() - started
     checkpoint.unlink(missing_ok=True)
-    return TrainedModel(network, mean, classes, loss.item(), config.epochs, asdict(config), seconds=seconds)
+    record = trained_for(config)
+    return TrainedModel(network, mean, classes, loss.item(), config.epochs, record, seconds=seconds)
 
 
 ORIGINS = ("setting", "given", "trained", "none")

@@ -53,6 +53,7 @@ from nn_recon.inversion_setting import (
     load_split,
     model_device,
     soft_labels,
+    trained_for,
 )
 from nn_recon.metrics import (
     BaselineComparison,
@@ -580,21 +581,24 @@ def prepare_setting(
     seconds = json.loads(timings_file.read_text()) if timings_file.exists() else {}
     models: dict[str, TrainedModel] = {}
     specs = (config.target, config.evaluation, *config.augmented, config.all_digits_evaluation)
+    all_digits = None  # (images, digits) of the all-digits model, checked before any training
+    if train and not classifier_path(workdir, MODEL_NAMES[-1]).exists():
+        all_digits = load_mnist("train", config.data_root)
+        if config.per_class is not None:
+            keep = balanced_subset(all_digits[1], config.per_class, config.seed)
+            all_digits = all_digits[0][keep], all_digits[1][keep]
     for index, (name, spec) in enumerate(zip(MODEL_NAMES, specs, strict=True)):
         path = classifier_path(workdir, name)
         if not _missing(path, train):
             models[name] = load_model(path, device=str(device))
-            if models[name].config != asdict(config):
+            if models[name].config != trained_for(config):
                 raise ReconError(f"{path} was trained for another setting; use another --workdir")
             continue
         classes = private.classes
         if name.startswith("augmented"):  # distilled from the target on public images
             images, targets = public, soft_labels(models["target"], public)
         elif name == "evaluation-all-digits":  # per_class images of every digit, like the private classes
-            images, targets = load_mnist("train", config.data_root)
-            if config.per_class is not None:
-                keep = balanced_subset(targets, config.per_class, config.seed)
-                images, targets = images[keep], targets[keep]
+            images, targets = all_digits
             classes = tuple(str(digit) for digit in range(10))
         else:
             images, targets = private.images, private.labels

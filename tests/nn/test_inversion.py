@@ -196,6 +196,23 @@ def test_gan_and_invert_end_to_end_with_bad_input_exiting_2(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_a_classifier_from_before_per_class_capped_the_all_digits_model_is_refused(tmp_path):
+    """An older workdir's classifiers record the setting alone (its all-digits model took every image
+    whatever --per-class): reused beside new ones, they would mix two settings, so they are refused."""
+    from dataclasses import asdict
+
+    from nn_recon.pipeline import classifier_path, prepare_setting
+    from nn_recon.train import save_model
+    from recon_core.errors import ReconError
+
+    config = SettingConfig(epochs=1, per_class=4, public_size=10)
+    network = build_network(Architecture.parse("cnn:4", (1, 28, 28), 5), 0)
+    old = TrainedModel(network, np.zeros((1, 28, 28), np.float32), tuple("01234"), 0.0, 1, asdict(config))
+    save_model(old, classifier_path(tmp_path, "target"))
+    with pytest.raises(ReconError, match="was trained for another setting"):
+        prepare_setting(config, tmp_path, train=False)
+
+
 def _three_class_target(path):
     from nn_recon.train import save_model
 
