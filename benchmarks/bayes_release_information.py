@@ -10,7 +10,8 @@ draws alone give Î = Cov(θ)⁻¹ − H_prior(θ̄), with no optimisation. For 
 coefficients' block of I_D is XᵀX / σ²: the design's second moments, its correlations and near-
 collinear columns included; for a GLM, Σ_i v(η_i) x_i x_iᵀ. This is the premise of a start for the
 attack that would take the covariates' whole covariance from the release (issue 17: diamonds' grid,
-diagonal, collapses near-collinear covariates; see the README's stop 54 section).
+diagonal, collapses near-collinear covariates; ``benchmarks/bayes_information_start.py`` runs the
+attack's stages from such a start).
 
 Per posterior (the registry's, each present in posteriordb; and the synthetic suite of
 ``benchmarks/bayes_general.py``, its cached NUTS draws, sampled and cached where missing): d, N and
@@ -19,12 +20,14 @@ the number of draws S, then
 * ``rel F``: ‖Î − I_D‖_F / ‖I_D‖_F, I_D from the true data at θ̄;
 * ``whitened``: the largest |eigenvalue| of P^{-1/2} (Î − I_D) P^{-1/2}, P = Cov(θ)⁻¹: the error in the
   release's own units (1: as large as the posterior's whole precision);
-* ``halves``: the same whitened norm between the estimates from the draws' two halves, over 2: the
-  Monte Carlo level of ``whitened`` (it ignores autocorrelation, so it understates it);
+* ``halves``: the same whitened norm between the estimates from the draws' two halves (posteriordb's
+  first and last chains; the synthetic chain's first and second half), over 2: the Monte Carlo level of
+  ``whitened``. It misses what both halves share: the d/S bias of inverting a sample covariance, and a
+  posterior's departure from a Gaussian;
 * for a Gaussian linear model whose coefficients are coordinates of θ (the registry's linear entries,
-  the synthetic normal family), the design itself: ``XtX F``, ‖σ̄² Î_ββ − XᵀX‖_F / ‖XᵀX‖_F (σ̄ at θ̄),
-  the columns' sds (``sd err``, the largest relative error of √diag) and, with an intercept column,
-  ``N`` from its entry (σ̄² Î_00 = N for the true data's information);
+  the synthetic normal family), the design itself: with Cov(β)⁻¹ = XᵀX / E[σ²], ``XtX F`` is
+  ‖E[σ²] Î_ββ − XᵀX‖_F / ‖XᵀX‖_F (E[σ²] the draws' mean), ``norm err`` the largest relative error of a
+  column's root sum of squares (√diag) and, with an intercept column, ``N est`` its entry (N);
 * ``kinked``: the likelihood has a kink (Laplace): its observed information is 0 off the kinks, so
   I_D is not what the release's precision holds (that is the expected information, 1 / b² per row for
   a Laplace location of scale b), and the row's errors mean nothing.
@@ -41,7 +44,6 @@ import argparse
 import json
 import re
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,23 +68,50 @@ def whitened_norm(difference: np.ndarray, precision: np.ndarray) -> float:
     return float(np.max(np.abs(np.linalg.eigvalsh(root.T @ difference @ root))))
 
 
+def released_information(
+    release: Any, columns: dict[str, jax.Array]
+) -> tuple[np.ndarray, np.ndarray, jax.Array]:
+    """Î = Cov(θ)⁻¹ − H_prior(θ̄) from the draws alone, the draws' precision Cov(θ)⁻¹, and θ̄."""
+    theta = np.asarray(release.theta)
+    mean = jnp.asarray(theta.mean(axis=0))
+    precision = np.linalg.inv(np.atleast_2d(np.cov(theta.T)))
+    return precision - prior_curvature(release, columns, mean), precision, mean
+
+
+def prior_curvature(release: Any, columns: dict[str, jax.Array], at: jax.Array) -> np.ndarray:
+    return -np.asarray(jax.hessian(lambda t: release.weighted_model.log_prior(t, columns))(at))
+
+
+def design_moments(
+    release: Any, spec: LinearGaussian, columns: dict[str, jax.Array], information: np.ndarray
+) -> np.ndarray | None:
+    """The estimate of the design's XᵀX from Î: E[σ²] (over the draws) times the coefficients' block
+    (Cov(β | σ) = σ² (XᵀX)⁻¹, β's mean free of σ, so Cov(β)⁻¹ = XᵀX / E[σ²]); None where the
+    coefficients are not coordinates of θ."""
+    model, theta = release.weighted_model, jnp.asarray(release.theta)
+
+    def params(t: jax.Array) -> dict[str, jax.Array]:
+        return constrain_fn(model.model, (), {**model.fixed, **columns}, model.unravel(t))
+
+    selection = np.asarray(jax.jacfwd(lambda t: jnp.asarray(spec.coefficients(params(t))))(theta[0]))
+    if not (np.isin(selection, (0.0, 1.0)).all() and (selection.sum(axis=1) == 1).all()):
+        return None
+    index = selection.argmax(axis=1)
+    sigma_squared = float(np.mean(np.asarray(jax.vmap(lambda t: params(t)[spec.sigma])(theta)) ** 2))
+    return sigma_squared * information[np.ix_(index, index)]
+
+
 def information_row(
     name: str, release: Any, data: dict[str, np.ndarray], spec: LinearGaussian | None = None
 ) -> dict[str, Any]:
     started = time.perf_counter()
     model, theta = release.weighted_model, np.asarray(release.theta)
     columns = {k: jnp.asarray(v) for k, v in data.items()}
-    mean = jnp.asarray(theta.mean(axis=0))
-    prior = -np.asarray(jax.hessian(lambda t: model.log_prior(t, columns))(mean))
+    released, precision, mean = released_information(release, columns)
     data_information = -np.asarray(jax.hessian(lambda t: jnp.sum(model.loglik_per_point(t, columns)))(mean))
-
-    def estimate(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        precision = np.linalg.inv(np.atleast_2d(np.cov(draws.T)))
-        return precision - prior, precision
-
-    released, precision = estimate(theta)
+    prior = prior_curvature(release, columns, mean)
     half = len(theta) // 2
-    first, second = estimate(theta[:half])[0], estimate(theta[half : 2 * half])[0]
+    first, second = (np.linalg.inv(np.atleast_2d(np.cov(t.T))) - prior for t in (theta[:half], theta[half:]))
     error = released - data_information
     return {
         "posterior": name,
@@ -94,32 +123,24 @@ def information_row(
         "halves": whitened_norm(first - second, precision) / 2,
         # a Laplace likelihood's observed information is 0 off its kinks: Î has nothing to match there
         "kinked": bool(model.kink_residuals(mean, columns)),
-        **({} if spec is None else design_columns(release, spec, columns, released, mean)),
+        **({} if spec is None else design_columns(release, spec, columns, released)),
         "seconds": time.perf_counter() - started,
     }
 
 
 def design_columns(
-    release: Any, spec: LinearGaussian, columns: dict[str, jax.Array], released: np.ndarray, mean: jax.Array
+    release: Any, spec: LinearGaussian, columns: dict[str, jax.Array], released: np.ndarray
 ) -> dict[str, Any]:
-    """σ̄² times the coefficients' block of Î against the design's XᵀX, where the coefficients are
-    coordinates of θ (else nothing)."""
-    model = release.weighted_model
-
-    def params(theta: jax.Array) -> dict[str, jax.Array]:
-        return constrain_fn(model.model, (), {**model.fixed, **columns}, model.unravel(theta))
-
-    selection = np.asarray(jax.jacfwd(lambda t: jnp.asarray(spec.coefficients(params(t))))(mean))
-    if not (np.isin(selection, (0.0, 1.0)).all() and (selection.sum(axis=1) == 1).all()):
+    """:func:`design_moments` against the design's XᵀX (nothing where there is no estimate)."""
+    estimate = design_moments(release, spec, columns, released)
+    if estimate is None:
         return {}
-    index = selection.argmax(axis=1)
-    estimate = float(params(mean)[spec.sigma]) ** 2 * released[np.ix_(index, index)]
     x, _ = spec.design({k: np.asarray(v) for k, v in columns.items()})
     xtx = x.T @ x
-    sd_error = np.sqrt(np.clip(np.diag(estimate), 0.0, None) / np.diag(xtx)) - 1
+    norm_error = np.sqrt(np.clip(np.diag(estimate), 0.0, None) / np.diag(xtx)) - 1
     return {
         "design_relative_frobenius": float(np.linalg.norm(estimate - xtx) / np.linalg.norm(xtx)),
-        "design_sd_error": float(np.max(np.abs(sd_error))),
+        "design_norm_error": float(np.max(np.abs(norm_error))),
         "N_estimate": float(estimate[0, 0]) if np.all(x[:, 0] == 1) else None,
     }
 
@@ -147,7 +168,7 @@ def synthetic_rows(families: list[str], sizes: list[int], covariates: list[int])
             for k in covariates:
                 dataset = load_or_sample(BY_NAME[family], n, k, CACHE)
                 release = prepare_release(dataset.model, dataset.draws, dataset.free)
-                spec = NORMAL_DESIGN if family == "normal" else None
+                spec = NORMAL_REGRESSION if family == "normal" else None
                 columns = {"X": dataset.X, "y": dataset.y}
                 row = information_row(f"{family} N={n} k={k}", release, columns, spec)
                 rows.append(row)
@@ -155,14 +176,9 @@ def synthetic_rows(families: list[str], sizes: list[int], covariates: list[int])
     return rows
 
 
-# the synthetic normal family's design, its slope a scalar site where k = 1
-NORMAL_DESIGN = replace(
-    NORMAL_REGRESSION,
-    coefficients=lambda p: jnp.concatenate([jnp.atleast_1d(p["a"]), jnp.atleast_1d(p["b"])]),
-)
 HEADER = (
     f"{'posterior':44s} {'d':>3s} {'N':>6s} {'S':>6s} {'rel F':>8s} {'whitened':>9s} {'halves':>8s}"
-    f" {'XtX F':>7s} {'sd err':>7s} {'N est':>8s}"
+    f" {'XtX F':>7s} {'norm err':>8s} {'N est':>8s}"
 )
 
 
@@ -171,7 +187,7 @@ def format_row(row: dict[str, Any]) -> str:
         f"{row['posterior']:44s} {row['d']:3d} {row['N']:6d} {row['S']:6d} {row['relative_frobenius']:8.3f} "
         f"{row['whitened']:9.3f} {row['halves']:8.3f}"
         + (
-            f" {row['design_relative_frobenius']:7.3f} {row['design_sd_error']:7.3f}"
+            f" {row['design_relative_frobenius']:7.3f} {row['design_norm_error']:8.3f}"
             f" {row['N_estimate'] or float('nan'):8.1f}"
             if "design_relative_frobenius" in row
             else ""
