@@ -240,6 +240,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("results/bayes_information_start.json"))
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    unknown = [name for name in args.posteriors.split(",") if name not in REGISTRY]
+    if unknown:
+        parser.error(f"not in the registry: {', '.join(unknown)} (bayes-recon list names them)")
     print(HEADER)
     rows = []
     for name in args.posteriors.split(","):
