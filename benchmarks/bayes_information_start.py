@@ -99,7 +99,7 @@ def design_layout(
     if any(layout.support(k) is not constraints.real for k in layout.shapes):
         raise SystemExit("a free column is not real: the Gaussian cloud below is not in its own units")
     x, y = spec.design(columns)
-    z = np.concatenate([np.reshape(columns[k], (len(y), -1)) for k in layout.widths(False)], axis=1)
+    z = np.asarray(layout.unconstrain(columns))  # the columns themselves: every one is real
     response = [i for i in range(z.shape[1]) if np.allclose(z[:, i], y)]
     covariates = [i for i in range(z.shape[1]) if i not in response]
     centre = z[0, covariates] - x[0, 1:]
@@ -123,7 +123,8 @@ def run_posterior(name: str, database: Path, seeds: list[int], n_points: int, gr
         entry.model, posterior.draws, {k: data[k].shape[1:] for k in entry.free}, fixed, entry.support
     )
     weighted, layout = release.weighted_model, release.layout
-    columns = {k: jnp.asarray(data[k]) for k in entry.free}
+    free = {k: np.asarray(data[k]) for k in entry.free}
+    columns = {k: jnp.asarray(v) for k, v in free.items()}
     moments = design_moments(release, spec, columns, released_information(release, columns)[0])
     if moments is None:
         raise SystemExit(f"{name}: the coefficients are not coordinates of θ: no start from the information")
@@ -135,17 +136,15 @@ def run_posterior(name: str, database: Path, seeds: list[int], n_points: int, gr
     problem = ScoreMatching(weighted, layout, coordinates, estimator, config.n_slices)
     begin = make_start(weighted, layout, theta, n_points, estimator, config)
     steps = config.stage_steps(bool(begin.located), False)
-    x_true, _ = spec.design({k: np.asarray(v) for k, v in data.items() if k in entry.free})
+    x_true, _ = spec.design(free)
     xtx_true = x_true.T @ x_true
-    truth_z = jnp.concatenate(
-        [jnp.reshape(columns[k], (len(x_true), -1)) for k in layout.widths(False)], axis=1
-    )
+    truth_z = layout.unconstrain(columns)
     n, d = truth_z.shape
     truth = pseudo.Pseudo(
         pseudo.Cloud(jnp.zeros((1, d)), jnp.zeros((1, d)), jnp.zeros((1, d * (d - 1) // 2)), jnp.zeros(1)),
         pseudo.Points(jnp.zeros((1, n, d)), jnp.zeros((1, n))),
     )
-    covariates, centre = design_layout(spec, layout, {k: np.asarray(data[k]) for k in entry.free})
+    covariates, centre = design_layout(spec, layout, free)
     start = information_cloud(moments, layout, covariates, centre, n_points)
     rows, cpu = [], jax.default_backend() == "cpu"
     for seed in seeds:

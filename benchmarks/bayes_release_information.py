@@ -75,11 +75,8 @@ def released_information(
     theta = np.asarray(release.theta)
     mean = jnp.asarray(theta.mean(axis=0))
     precision = np.linalg.inv(np.atleast_2d(np.cov(theta.T)))
-    return precision - prior_curvature(release, columns, mean), precision, mean
-
-
-def prior_curvature(release: Any, columns: dict[str, jax.Array], at: jax.Array) -> np.ndarray:
-    return -np.asarray(jax.hessian(lambda t: release.weighted_model.log_prior(t, columns))(at))
+    prior = -np.asarray(jax.hessian(lambda t: release.weighted_model.log_prior(t, columns))(mean))
+    return precision - prior, precision, mean
 
 
 def design_moments(
@@ -109,7 +106,7 @@ def information_row(
     columns = {k: jnp.asarray(v) for k, v in data.items()}
     released, precision, mean = released_information(release, columns)
     data_information = -np.asarray(jax.hessian(lambda t: jnp.sum(model.loglik_per_point(t, columns)))(mean))
-    prior = prior_curvature(release, columns, mean)
+    prior = precision - released  # the prior's curvature at θ̄, as released_information took it
     half = len(theta) // 2
     first, second = (np.linalg.inv(np.atleast_2d(np.cov(t.T))) - prior for t in (theta[:half], theta[half:]))
     error = released - data_information
