@@ -410,6 +410,11 @@ def search_scales(
     return cloud if coordinates else at_best_mass(in_mass, cloud)[1]  # a grid's best has its best mass
 
 
+def regularised_cholesky(covariance: Array) -> Array:
+    """The Cholesky factor of a covariance with a little added per coordinate: a collapsed one has none."""
+    return jnp.linalg.cholesky(covariance + jnp.diag(1e-9 * jnp.diag(covariance) + 1e-12))
+
+
 def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
     """Clouds whose base points land on each stratum's weighted mean and covariance of ``z`` (C, M, D)."""
 
@@ -418,7 +423,7 @@ def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
         mean = p @ z
         centred = z - mean
         cov = (centred * p[:, None]).T @ centred
-        return mean, jnp.linalg.cholesky(cov + jnp.diag(1e-9 * jnp.diag(cov) + 1e-12))  # per coordinate
+        return mean, regularised_cholesky(cov)
 
     mean, chol = jax.vmap(one)(z, weights)
     log_diag = jnp.log(jnp.diagonal(chol, axis1=1, axis2=2))

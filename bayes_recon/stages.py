@@ -25,6 +25,7 @@ from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import Estimator
+from bayes_recon.information import fit_information, released_information
 from bayes_recon.objective import VALUE_BUDGET, Objectives, value_size
 from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
 from bayes_recon.quantile import moment_quantile, preimage, quantile
@@ -308,6 +309,9 @@ class Start(NamedTuple):
     # (points, their discrete values, key) → the points with their continuous responses drawn from the
     # model's predictive at the posterior mean; None without such responses
     respond: Callable[[Array, Array, Array], Array] | None
+    # (cloud, base points) → the cloud refitted to the release's information, and the relative mismatch
+    # before and after (:func:`bayes_recon.information.fit_information`)
+    inform: Callable[[pseudo.Cloud, Array], tuple[pseudo.Cloud, Array]]
 
 
 def make_start(
@@ -335,14 +339,17 @@ def make_start(
     unit = pseudo.initial(n_points, layout)
     # each candidate is evaluated on the subset of draws (its quadratic in the mass: pseudo.at_best_mass)
     per_candidate = min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
+    responded = partial(with_responses, layout, responses, predict, shares)
+    released = released_information(weighted, layout, theta)
     return Start(
         unit,
-        partial(with_responses, layout, responses, predict, shares),
+        responded,
         searched,
         tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
         max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
         shares is not None,
         None if predict is None else respond,
+        partial(fit_information, weighted, layout, responded, searched, released),
     )
 
 
@@ -356,12 +363,14 @@ def run_stages(
     stage_steps: tuple[int, int, int, int],
     warm: Array,
     start: pseudo.Cloud,
-) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array, pseudo.Cloud]:
+    informed: Array,
+) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array, pseudo.Cloud, Array]:
     """Responses from the model's predictive and a grid search of the covariates' scales and the
     mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
     ``warm`` (traced): begin the Newton stage on every draw at the cloud ``start`` instead, skipping
     the grid and the subset's stages: a bootstrap replicate from the best restart (see
-    ``ReconConfig.bootstrap``).
+    ``ReconConfig.bootstrap``). ``informed`` (traced, not with ``warm``): begin the Newton stage on
+    every draw at the cloud refitted to the release's information (``Start.inform``) instead.
 
     Returns the final parameters, the objective after every step, the recorded total mass,
     weighted means and variances per step, the objective on all draws at the end, the steps each
@@ -421,7 +430,15 @@ def run_stages(
     def subset_hessian(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud, k: Array) -> Array:
         return objectives.coarse_hessian(partial(fitted, stage, shape), cloud, base)
 
+    unfitted = jnp.full(2, jnp.nan)
+
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
+        cloud, fit = jax.lax.cond(
+            stage.all_draws & informed & ~warm,
+            lambda c: begin.inform(c, base),
+            lambda c: (c, unfitted),
+            cloud,
+        )
         begun = responded(cloud)
         final, values, records, taken = minimise(
             partial(cloud_objective, stage, begun.points),
@@ -435,7 +452,7 @@ def run_stages(
             patience=2,  # Newton converges quadratically: two calm steps in a row are the end
             limit=stage.limit,
         )
-        return final.params, (fitted(stage, begun.points, final.params), values, records, taken, cloud)
+        return final.params, (fitted(stage, begun.points, final.params), values, records, taken, cloud, fit)
 
     table = CloudStage(
         limit=jnp.where(warm, jnp.asarray([0, 0, stage_steps[2]]), jnp.asarray(stage_steps[:3])),
@@ -443,14 +460,14 @@ def run_stages(
         all_draws=jnp.asarray([False, False, True]),
     )
     if config.coarse_steps:
-        _, (stage_ends, values, records, taken, stage_starts) = jax.lax.scan(cloud_stage, scaled, table)
-        polished = jax.tree_util.tree_map(lambda leaf: leaf[-1], stage_ends)
+        _, (stage_ends, values, records, taken, stage_starts, fits) = jax.lax.scan(cloud_stage, scaled, table)
+        polished, fit = jax.tree_util.tree_map(lambda leaf: leaf[-1], (stage_ends, fits))
         warm_start = jax.tree_util.tree_map(lambda leaf: leaf[-1], stage_starts)
         cloud_values = [values[i, : stage_steps[i]] for i in range(3)]
         cloud_records = [tuple(r[i, : stage_steps[i]] for r in records) for i in range(3)]
     else:
         warm_start, polished, cloud_values, cloud_records = scaled, responded(scaled), [], []
-        taken = jnp.zeros(3, int)
+        taken, fit = jnp.zeros(3, int), unfitted
     last = objectives.minibatch if minibatched else objectives.full
     final, v3, r3, n3 = minimise(
         lambda params, k: last(params, base, k),
@@ -464,4 +481,5 @@ def run_stages(
     values = jnp.concatenate([*cloud_values, v3])
     records = tuple(jnp.concatenate(parts) for parts in zip(*cloud_records, r3, strict=True))
     final_value = objectives.full(final.params, base, key) if minibatched else final.value
-    return final.params, values, records, final_value, jnp.concatenate([taken, n3[None]]), warm_start
+    taken = jnp.concatenate([taken, n3[None]])
+    return final.params, values, records, final_value, taken, warm_start, fit

@@ -454,6 +454,9 @@ def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, c
         "bootstrap_spread": result.bootstrap_spread(),
         "unseen_mass": result.unseen_mass,
         "restart_information": result.history["information"],
+        "restart_objectives": result.restart_objectives,
+        "best_restart": result.best_restart,
+        "information_fit": result.history["information_fit"],
         "restarts_passed_over": result.passed_over(),
         "self_check": check.to_json(),
         "self_check_summary": check.summary(),
@@ -623,6 +626,9 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         row["self_check"] = result.self_check.to_json()
         row["unseen_mass"] = result.unseen_mass
         row["restart_information"] = result.history["information"].tolist()
+        row["restart_objectives"] = result.restart_objectives.tolist()
+        row["best_restart"] = result.best_restart
+        row["information_fit"] = result.history["information_fit"].tolist()
         row["restarts_passed_over"] = result.passed_over()
         started = time.perf_counter()
         errors = result.standard_errors

@@ -46,7 +46,7 @@ def same(a: br.Reconstruction, b: br.Reconstruction) -> bool:
         *((a.history[k], b.history[k]) for k in a.history),
         *((a.bootstrap[k], b.bootstrap[k]) for k in a.bootstrap),
     ]
-    return a.best_restart == b.best_restart and all(np.array_equal(x, y) for x, y in arrays)
+    return a.best_restart == b.best_restart and all(np.array_equal(x, y, equal_nan=True) for x, y in arrays)
 
 
 def test_a_run_stopped_after_its_first_round_resumes_to_the_same_result(tmp_path):
