@@ -29,6 +29,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from bayes_recon import pseudo
+from bayes_recon.optimise import tree_where
 from bayes_recon.weighting import WeightedModel
 
 Array = jax.Array
@@ -50,7 +51,6 @@ class FitState(NamedTuple):
     flat: Array  # the parameters accepted so far, flat
     candidate: Array  # the next step's
     mismatch: Array  # ‖residual‖² at ``flat``
-    first: Array  # ... at the start
     r: Array  # the residual at ``flat``
     jacobian: Array  # and its Jacobian
     damping: Array  # Marquardt's λ
@@ -78,15 +78,18 @@ def fit_information(
     layout: pseudo.Layout,
     with_responses: Callable[[pseudo.Cloud, Array], pseudo.Pseudo],
     covariates: tuple[int, ...],
+    stratified: bool,
     released: ReleasedInformation,
     cloud: pseudo.Cloud,
     base: Array,
 ) -> tuple[pseudo.Cloud, Array]:
     """The cloud whose pseudo-data (on the base points ``base``, responses by ``with_responses``) have
     the whitened information at θ̄ closest to the release's, fitted from ``cloud`` and from unit clouds;
-    ``cloud`` itself where the fit matches no better than its first start. With the mismatch relative
-    to the release's (‖S − T‖_F / ‖T‖_F) at that start (``cloud``'s covariates, the model's own noise,
-    the mass scaled to the release's trace) and at the cloud returned.
+    ``cloud`` itself where the fitted cloud matches no better or is not finite. With the mismatch
+    relative to the release's, ‖S − T‖ / ‖T‖ over the upper triangles, at ``cloud`` and at the cloud
+    returned (each as the attack takes a cloud: responses by ``with_responses``, on ``base``).
+    ``stratified``: ``with_responses`` shares the points out over the strata of discrete responses,
+    into clouds on the base points (else it puts each point where it was given).
 
     The fit moves the covariates (``covariates``: their coordinates) by a full affine map of the base
     points, x = b + A u, and the mass, not the cloud's Cholesky factor: the information of a Gaussian
@@ -94,7 +97,9 @@ def fit_information(
     come from the model's predictive at its own noise, every stratum's covariates alike (the
     predictive shares them out): with the noise free (or kept at the restart's), the fit traded the
     mass for it and stopped with diamonds' mass 50 times too small. The cloud returned has the fitted
-    covariates' mean and covariance in every stratum."""
+    covariates' mean and covariance in every stratum. A kinked likelihood (Laplace) has no curvature off
+    its kinks: its information is not fitted, and a fit that matches the rest no better leaves the cloud.
+    """
     target, root, mean = released
     rows, cols = np.triu_indices(target.shape[0])
     index = np.asarray(covariates, dtype=int)
@@ -118,8 +123,9 @@ def fit_information(
     plain = jax.tree_util.tree_map(jnp.zeros_like, cloud)  # the responses at the model's own noise
 
     def responded(fit: AffineFit) -> tuple[pseudo.Pseudo, Array]:
+        """The pseudo-data of a fit, and the base points they are on."""
         moved = base.at[:, index].set(fit.shift + base[:, index] @ fit.affine.T)
-        return with_responses(plain._replace(log_mass=fit.log_mass), moved), moved
+        return with_responses(plain._replace(log_mass=fit.log_mass), moved), base if stratified else moved
 
     def starting(shift: Array, affine: Array) -> Array:
         """A start, flat, its mass scaled so that the information's trace is the release's (it is linear in
@@ -142,29 +148,36 @@ def fit_information(
     def residual(flat: Array) -> Array:
         return (information(*responded(unravel(flat))) - target)[rows, cols]
 
-    found, after, before = jax.vmap(partial(levenberg_marquardt, residual))(starts)
-    best = jnp.argmin(after)
-    found, after, before = found[best], after[best], before[0]
-    fitted = unravel(found)
+    found, fitted_mismatch = jax.vmap(partial(levenberg_marquardt, residual))(starts)
+    fitted = unravel(found[jnp.argmin(fitted_mismatch)])
     params, moved = responded(fitted)
     centre, spread = pooled(params, moved)
     d = layout.dim
     factor = jnp.zeros((d, d)).at[np.ix_(index, index)].set(pseudo.regularised_cholesky(spread))
     scale = jnp.broadcast_to(jnp.where(block, factor, jnp.eye(d)), (cloud.log_mass.shape[0], d, d))
-    informed = pseudo.Cloud(
+    fitted_cloud = pseudo.Cloud(
         jnp.broadcast_to(jnp.zeros(layout.dim).at[index].set(centre), cloud.shift.shape),
         jnp.log(jnp.diagonal(scale, axis1=1, axis2=2)),
         scale[:, lower_rows, lower_cols],
         fitted.log_mass,
     )
-    better = after < before
-    relative = jnp.sqrt(jnp.stack([before, jnp.minimum(before, after)])) / jnp.linalg.norm(target[rows, cols])
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(better, a, b), informed, cloud), relative
+
+    def mismatch(candidate: pseudo.Cloud) -> Array:
+        value = jnp.linalg.norm((information(with_responses(candidate, base), base) - target)[rows, cols])
+        return jnp.where(jnp.isfinite(value), value, jnp.inf)
+
+    before, after = jax.vmap(mismatch)(
+        jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), cloud, fitted_cloud)
+    )
+    finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(leaf)) for leaf in fitted_cloud]))
+    better = finite & (after < before)
+    relative = jnp.stack([before, jnp.where(better, after, before)]) / jnp.linalg.norm(target[rows, cols])
+    return tree_where(better, fitted_cloud, cloud), relative
 
 
-def levenberg_marquardt(residual: Callable[[Array], Array], flat: Array) -> tuple[Array, Array, Array]:
+def levenberg_marquardt(residual: Callable[[Array], Array], flat: Array) -> tuple[Array, Array]:
     """Where Levenberg–Marquardt (Marquardt's scaling) takes ``flat`` on ‖residual‖², as one loop, and
-    ‖residual‖² there and at ``flat``. Each step evaluates the residual and its Jacobian once, at the
+    ‖residual‖² there. Each step evaluates the residual and its Jacobian once, at the
     step's candidate (so the program holds one copy of them): accepted where it lowers ‖residual‖²,
     the damping lowered, else refused and the damping raised."""
 
@@ -185,7 +198,6 @@ def levenberg_marquardt(residual: Callable[[Array], Array], flat: Array) -> tupl
             accepted,
             accepted - jnp.linalg.solve(damped, jacobian.T @ r),
             jnp.where(better, value, state.mismatch),
-            jnp.where(state.steps == 0, value, state.first),
             r,
             jacobian,
             damping,
@@ -198,8 +210,8 @@ def levenberg_marquardt(residual: Callable[[Array], Array], flat: Array) -> tupl
 
     size = jax.eval_shape(residual, flat).shape[0]
     begun = FitState(
-        flat, flat, jnp.asarray(jnp.inf), jnp.asarray(jnp.inf), jnp.zeros(size), jnp.zeros((size, len(flat))),
+        flat, flat, jnp.asarray(jnp.inf), jnp.zeros(size), jnp.zeros((size, len(flat))),
         jnp.asarray(3e-3), jnp.asarray(1.0), jnp.asarray(0),
     )  # fmt: skip
     fitted = jax.lax.while_loop(going, step, begun)
-    return fitted.flat, fitted.mismatch, fitted.first
+    return fitted.flat, fitted.mismatch

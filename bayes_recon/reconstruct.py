@@ -130,9 +130,10 @@ class ReconConfig:
     Not without continuous columns. Neither repair (nor the check during the attack) runs with
     minibatches, on fewer than 4 draws, or with both ``rescue_restarts`` and ``refine_rounds`` at 0.
 
-    ``information_start``: the last of the first restarts (with two or more) begins its Newton stage on
-    every draw at its cloud refitted so that the pseudo-data's information matches the one the release's
-    precision holds (:mod:`bayes_recon.information`), where that matches better. The grid sizes one
+    ``information_start``: the last of the first restarts (with two or more, and ``coarse_steps``)
+    begins its Newton stage on every draw at its cloud refitted so that the pseudo-data's information
+    matches the one the release's precision holds (:mod:`bayes_recon.information`), where that matches
+    better. The grid sizes one
     covariate at a time and loses their correlations: diamonds (26 parameters, near-collinear covariates)
     ended every restart far above the true data's objective with 17 covariates 35 times too wide.
     """
@@ -537,29 +538,41 @@ def reconstruct(
         ]
     )
     bases = jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim))(keys)
-    # the last of the first restarts refits its cloud to the release's information (see run_stages)
-    informed = np.arange(len(keys)) == (config.restarts - 1 if config.information_start else -1)
     begin = make_start(weighted, layout, theta, n_points, estimator, config)
+    # the last of the first restarts refits its cloud to the release's information (see run_stages)
+    refits = np.arange(len(keys)) == (config.restarts - 1 if begin.refit is not None else -1)
     stage_steps = config.stage_steps(bool(begin.located), minibatch is not None)
 
     def attack_round(
         bases: Array,
         keys: Array,
-        informed: Array,
+        refits: Array,
         draws: Array,
         coarse_draws: Array,
         warm: Array,
         starts: tuple,
     ) -> tuple:
         """One round: ``at_once`` restarts (a leading axis), batched by ``vmap`` when more than one;
-        ``informed``: which of them refit their cloud to the release's information; ``warm``: bootstrap
+        ``refits``: which of them refit their cloud to the release's information; ``warm``: bootstrap
         replicates from the clouds ``starts`` (see :func:`run_stages`). Clouds come in and go out as
         plain tuples, which a kept program (:mod:`bayes_recon.programs`) can serialise."""
         fns = objectives(draws, coarse_draws)
 
-        def attack(base: Array, key: Array, inform: Array, start: tuple) -> tuple:
+        round_refits = jnp.any(refits)  # outside the vmap: one flag for the round
+
+        def attack(base: Array, key: Array, refit: Array, start: tuple) -> tuple:
             params, *rest, cloud, fit = run_stages(
-                fns, layout, begin, base, key, config, stage_steps, warm, pseudo.Cloud(*start), inform
+                fns,
+                layout,
+                begin,
+                base,
+                key,
+                config,
+                stage_steps,
+                warm,
+                pseudo.Cloud(*start),
+                refit,
+                round_refits,
             )
             points, weights = pseudo.measure(layout, params, base)
             bandwidths = kink_bandwidths(weighted, coordinates, points, draws)
@@ -568,9 +581,9 @@ def reconstruct(
 
         if at_once == 1:
             first = jax.tree_util.tree_map(lambda leaf: leaf[0], starts)
-            one = attack(bases[0], keys[0], informed[0], first)
+            one = attack(bases[0], keys[0], refits[0], first)
             return jax.tree_util.tree_map(lambda leaf: leaf[None], one)
-        return jax.vmap(attack)(bases, keys, informed, starts)
+        return jax.vmap(attack)(bases, keys, refits, starts)
 
     def broadcast(cloud: pseudo.Cloud) -> tuple:
         return tuple(jnp.broadcast_to(leaf, (at_once, *leaf.shape)) for leaf in cloud)
@@ -607,7 +620,7 @@ def reconstruct(
                 (begin.with_responses, (begin.params.cloud, bases[0])),
             )
 
-        inputs = (bases[:at_once], keys[:at_once], jnp.asarray(informed[:at_once]), z, coarse_draws, *cold)
+        inputs = (bases[:at_once], keys[:at_once], jnp.asarray(refits[:at_once]), z, coarse_draws, *cold)
         lowered = programs.lower(attack_round, inputs, attack, model_calls)
         compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
         compile_seconds = time.perf_counter() - compiling
@@ -629,7 +642,7 @@ def reconstruct(
             batch = np.arange(first, first + at_once) % config.restarts
         draws = z if replicate < 0 else z[resamples[replicate]]
         coarse = coarse_draws if replicate < 0 else draws[subset]
-        inputs = (bases[batch], keys[batch], jnp.asarray(informed[batch] & (replicate < 0)), draws, coarse)
+        inputs = (bases[batch], keys[batch], jnp.asarray(refits[batch] & (replicate < 0)), draws, coarse)
         return _round_arrays(_run_round(compiled, (*inputs, *start), at_once, n_points))
 
     def keep(index: int, arrays: dict[str, np.ndarray]) -> None:

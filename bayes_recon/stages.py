@@ -310,8 +310,8 @@ class Start(NamedTuple):
     # model's predictive at the posterior mean; None without such responses
     respond: Callable[[Array, Array, Array], Array] | None
     # (cloud, base points) → the cloud refitted to the release's information, and the relative mismatch
-    # before and after (:func:`bayes_recon.information.fit_information`)
-    inform: Callable[[pseudo.Cloud, Array], tuple[pseudo.Cloud, Array]]
+    # before and after (:func:`bayes_recon.information.fit_information`); None where no restart refits
+    refit: Callable[[pseudo.Cloud, Array], tuple[pseudo.Cloud, Array]] | None
 
 
 def make_start(
@@ -340,7 +340,10 @@ def make_start(
     # each candidate is evaluated on the subset of draws (its quadratic in the mass: pseudo.at_best_mass)
     per_candidate = min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
     responded = partial(with_responses, layout, responses, predict, shares)
-    released = released_information(weighted, layout, theta)
+    refit = None
+    if config.information_start and config.restarts >= 2 and config.coarse_steps:
+        released = jax.jit(partial(released_information, weighted, layout))(theta)
+        refit = partial(fit_information, weighted, layout, responded, searched, shares is not None, released)
     return Start(
         unit,
         responded,
@@ -349,7 +352,7 @@ def make_start(
         max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
         shares is not None,
         None if predict is None else respond,
-        partial(fit_information, weighted, layout, responded, searched, released),
+        refit,
     )
 
 
@@ -363,14 +366,17 @@ def run_stages(
     stage_steps: tuple[int, int, int, int],
     warm: Array,
     start: pseudo.Cloud,
-    informed: Array,
+    refit: Array,
+    round_refits: Array,
 ) -> tuple[pseudo.Pseudo, Array, tuple[Array, Array, Array], Array, Array, pseudo.Cloud, Array]:
     """Responses from the model's predictive and a grid search of the covariates' scales and the
     mass, Newton on the cloud (on a subset of draws, then on all), then every point and weight.
     ``warm`` (traced): begin the Newton stage on every draw at the cloud ``start`` instead, skipping
     the grid and the subset's stages: a bootstrap replicate from the best restart (see
-    ``ReconConfig.bootstrap``). ``informed`` (traced, not with ``warm``): begin the Newton stage on
-    every draw at the cloud refitted to the release's information (``Start.inform``) instead.
+    ``ReconConfig.bootstrap``). ``refit`` (traced, not with ``warm``): begin the Newton stage on
+    every draw at the cloud refitted to the release's information (``Start.refit``) instead;
+    ``round_refits``: whether any restart of the round does, the same for all of them (so that restarts
+    batched by ``vmap`` run the fit only where one of them needs it, not in every stage).
 
     Returns the final parameters, the objective after every step, the recorded total mass,
     weighted means and variances per step, the objective on all draws at the end, the steps each
@@ -432,13 +438,16 @@ def run_stages(
 
     unfitted = jnp.full(2, jnp.nan)
 
+    def refitted(cloud: pseudo.Cloud) -> tuple[pseudo.Cloud, Array]:
+        fitted, fit = begin.refit(cloud, base)
+        return tree_where(refit, fitted, cloud), jnp.where(refit, fit, unfitted)
+
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
-        cloud, fit = jax.lax.cond(
-            stage.all_draws & informed & ~warm,
-            lambda c: begin.inform(c, base),
-            lambda c: (c, unfitted),
-            cloud,
-        )
+        if begin.refit is not None:
+            refitting = stage.all_draws & round_refits & ~warm
+            cloud, fit = jax.lax.cond(refitting, refitted, lambda c: (c, unfitted), cloud)
+        else:
+            fit = unfitted
         begun = responded(cloud)
         final, values, records, taken = minimise(
             partial(cloud_objective, stage, begun.points),

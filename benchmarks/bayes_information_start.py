@@ -174,7 +174,17 @@ def run_posterior(name: str, database: Path, seeds: list[int], n_points: int, gr
             fns = objectives(draws, coarse)
             begun = fns.full(begin.with_responses(cloud, base), base, key)
             params, _, _, final, taken, _, _ = run_stages(
-                fns, layout, begin, base, key, config, steps, warm, cloud, jnp.asarray(False)
+                fns,
+                layout,
+                begin,
+                base,
+                key,
+                config,
+                steps,
+                warm,
+                cloud,
+                jnp.asarray(False),
+                jnp.asarray(False),
             )
             return begun, params, final, taken
 

@@ -58,7 +58,7 @@ def test_the_fitted_start_has_the_datas_mass_means_and_covariance(exact_release)
     config = br.ReconConfig()
     begin = make_start(weighted, layout, theta, 20, "exact", config)
     base = pseudo.base_points(jax.random.PRNGKey(0), 20, layout.dim)
-    cloud, relative = jax.jit(begin.inform)(begin.params.cloud, base)
+    cloud, relative = jax.jit(begin.refit)(begin.params.cloud, base)
     before, after = np.asarray(relative)
     assert after < 0.05 < before
     points, weights = pseudo.measure(layout, begin.with_responses(cloud, base), base)
