@@ -439,8 +439,8 @@ def run_stages(
     unfitted = jnp.full(2, jnp.nan)
 
     def refitted(cloud: pseudo.Cloud) -> tuple[pseudo.Cloud, Array]:
-        fitted, fit = begin.refit(cloud, base)
-        return tree_where(refit, fitted, cloud), jnp.where(refit, fit, unfitted)
+        informed, fit = begin.refit(cloud, base)
+        return tree_where(refit, informed, cloud), jnp.where(refit, fit, unfitted)
 
     def cloud_stage(cloud: pseudo.Cloud, stage: CloudStage) -> tuple[pseudo.Cloud, tuple]:
         if begin.refit is not None:
