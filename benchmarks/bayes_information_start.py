@@ -127,7 +127,7 @@ def run_posterior(name: str, database: Path, seeds: list[int], n_points: int, gr
     weighted, layout = release.weighted_model, release.layout
     free = {k: np.asarray(data[k]) for k in entry.free}
     columns = {k: jnp.asarray(v) for k, v in free.items()}
-    moments = design_moments(release, spec, columns, released_information(release, columns)[0])
+    moments = design_moments(release, spec, columns, released_information(release)[0])
     if moments is None:
         raise SystemExit(f"{name}: the coefficients are not coordinates of θ: no start from the information")
     theta = jnp.asarray(release.theta)

@@ -55,6 +55,7 @@ from bayes_posteriordb import SHARED
 from numpyro.infer.util import constrain_fn
 
 import bayes_recon as br
+from bayes_recon import information
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import REGISTRY, LinearGaussian
 from bayes_recon.posteriordb import load_posterior
@@ -68,15 +69,15 @@ def whitened_norm(difference: np.ndarray, precision: np.ndarray) -> float:
     return float(np.max(np.abs(np.linalg.eigvalsh(root.T @ difference @ root))))
 
 
-def released_information(
-    release: Any, columns: dict[str, jax.Array]
-) -> tuple[np.ndarray, np.ndarray, jax.Array]:
-    """Î = Cov(θ)⁻¹ − H_prior(θ̄) from the draws alone, the draws' precision Cov(θ)⁻¹, and θ̄."""
-    theta = np.asarray(release.theta)
-    mean = jnp.asarray(theta.mean(axis=0))
-    precision = np.linalg.inv(np.atleast_2d(np.cov(theta.T)))
-    prior = -np.asarray(jax.hessian(lambda t: release.weighted_model.log_prior(t, columns))(mean))
-    return precision - prior, precision, mean
+def released_information(release: Any) -> tuple[np.ndarray, np.ndarray, jax.Array]:
+    """Î = Cov(θ)⁻¹ − H_prior(θ̄) from the draws alone, the draws' precision Cov(θ)⁻¹, and θ̄: the attack's
+    own estimate (:func:`bayes_recon.information.released_information`, whitened by R, R Rᵀ = Cov(θ)),
+    taken back to NumPyro's unconstrained coordinates."""
+    target, root, mean = information.released_information(
+        release.weighted_model, release.layout, jnp.asarray(release.theta)
+    )
+    inverse = np.linalg.inv(np.asarray(root))
+    return inverse.T @ np.asarray(target) @ inverse, inverse.T @ inverse, mean
 
 
 def design_moments(
@@ -104,7 +105,7 @@ def information_row(
     started = time.perf_counter()
     model, theta = release.weighted_model, np.asarray(release.theta)
     columns = {k: jnp.asarray(v) for k, v in data.items()}
-    released, precision, mean = released_information(release, columns)
+    released, precision, mean = released_information(release)
     data_information = -np.asarray(jax.hessian(lambda t: jnp.sum(model.loglik_per_point(t, columns)))(mean))
     prior = precision - released  # the prior's curvature at θ̄, as released_information took it
     half = len(theta) // 2
