@@ -1,4 +1,5 @@
-"""Quantile functions of continuous distributions that NumPyro gives none (mixtures, Gamma, Beta, …).
+"""Quantile functions for the attack's start: bisected where NumPyro has none (mixtures), closed-form
+stand-ins where the quantile cannot be differentiated cheaply (counts, Beta, Gamma, Student-t).
 
 The start of the attack draws responses through their quantile function (:mod:`bayes_recon.stages`),
 and its objective is differentiated through them. Where ``icdf`` is missing, the quantile is found by
@@ -17,13 +18,17 @@ negative binomial regression (covariate at 10³) the cloud's best was then a col
 single x value: one direction of (a, b) left to the prior) that no later stage leaves. A response on
 the unit interval whose quantile has no second derivative in its parameters (Beta: JAX does not
 differentiate the incomplete beta function in its shapes) gets such a stand-in too
-(:func:`moment_quantile`).
+(:func:`moment_quantile`), and so do two unimodal families whose quantile is an inverse incomplete
+gamma or beta function: a gamma the lognormal of its mean and variance, a Student-t the normal of its
+location and scale (:data:`STAND_INS`). From stop 38 to 55 they were bisections, differentiated up to
+four times in the attack's program: a quarter of a gamma regression's compilation, and a start needs
+the response's location and spread, not its tails (README, stop 56). A mixture keeps its bisected
+quantile: its modes are what a stand-in of its moments would lose.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -45,21 +50,16 @@ BISECTION_STEPS = 160  # halves even a fully widened bracket below float64's res
 
 
 def quantile(fn: Distribution, u: Array) -> Array:
-    """``fn.icdf(u)``, the bisected quantile of a continuous ``fn`` without one, a count's relaxed
-    quantile (:func:`relaxed_count_quantile`); other discrete supports raise NotImplementedError. An
-    expanded, independent or masked distribution's is its base's, broadcast: NumPyro gives them neither
-    ``icdf`` nor ``cdf``, and a plate expands a response whose parameters have no row dimension
-    (y ~ Normal(μ, σ)). A Student-t's is loc + scale × the standard one's and a gamma's the standard
-    one's ÷ rate (:func:`_standard_quantile`): through the bisection's implicit derivative, a shape (df,
-    concentration) that is a parameter of the model needed the incomplete beta and gamma functions'
-    derivatives in it, which JAX does not give to second order, and such a regression got no
-    predictive start at all (a Student-t with its df sampled collapsed to a mass of 0.1)."""
+    """``fn.icdf(u)``, a stand-in's for a gamma or a Student-t (:data:`STAND_INS`), the bisected quantile
+    of a continuous ``fn`` without one, a count's relaxed quantile (:func:`relaxed_count_quantile`); other
+    discrete supports raise NotImplementedError. An expanded, independent or masked distribution's is
+    its base's, broadcast: NumPyro gives them neither ``icdf`` nor ``cdf``, and a plate expands a
+    response whose parameters have no row dimension (y ~ Normal(μ, σ))."""
     while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
         fn = fn.base_dist
-    if type(fn) in STANDARD:
-        shape, u = jnp.broadcast_arrays(fn.df if isinstance(fn, StudentT) else fn.concentration, u)
-        standard = _standard_quantile(type(fn), shape, u)
-        return fn.loc + fn.scale * standard if isinstance(fn, StudentT) else standard / fn.rate
+    if type(fn) in STAND_INS:
+        shape = jnp.broadcast_shapes(jnp.shape(u), fn.batch_shape)
+        return STAND_INS[type(fn)](fn, jnp.broadcast_to(u, shape))
     try:
         return fn.icdf(u)
     except (NotImplementedError, ImportError):
@@ -73,29 +73,23 @@ def quantile(fn: Distribution, u: Array) -> Array:
     )
 
 
-STANDARD = (StudentT, Gamma)  # families of one shape parameter whose standard member's quantile is found
-SHAPE_STEP = 1e-6  # relative step of the CDF's central difference in the shape
+def _lognormal_quantile(mean: Array, variance: Array, low: Array | float, u: Array) -> Array:
+    """Quantile of the lognormal with this mean and variance above ``low``, finite at the bound and at
+    zero spread."""
+    tiny = jnp.finfo(u.dtype).tiny ** 0.25
+    mean = jnp.maximum(jnp.broadcast_to(mean, u.shape) - low, tiny)
+    variance = jnp.maximum(jnp.broadcast_to(variance, u.shape), tiny)
+    log_variance = jnp.log1p(variance / mean**2)  # σ² of the log
+    return low + jnp.exp(jnp.log(mean) - log_variance / 2 + jnp.sqrt(log_variance) * ndtri(u))
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _standard_quantile(family: type, shape: Array, u: Array) -> Array:
-    """The bisected quantile of ``family``'s standard member of this ``shape``, differentiated implicitly:
-    dy = (du − ∂F/∂shape · dshape) / f(y), ∂F/∂shape a central difference (JAX differentiates the
-    incomplete beta and gamma functions in x, not in the shape: twice neither, the beta's not even
-    once). Its own derivative in the shape is left out of the second derivatives."""
-    return _bisected(family(shape), u)
-
-
-@_standard_quantile.defjvp
-def _standard_quantile_jvp(
-    family: type, primals: tuple[Array, Array], tangents: tuple[Array, Array]
-) -> tuple[Array, Array]:
-    (shape, u), (dshape, du) = primals, tangents
-    y = _standard_quantile(family, shape, u)
-    held = jax.lax.stop_gradient(shape)
-    step = SHAPE_STEP * (1.0 + jnp.abs(held))
-    along = (family(held + step).cdf(y) - family(held - step).cdf(y)) / (2.0 * step)
-    return y, (du - along * dshape) / jnp.exp(family(shape).log_prob(y))
+# Closed-form stand-ins for families whose quantile inverts an incomplete gamma or beta function (a t
+# with 2 or fewer degrees of freedom has no variance, so its stand-in is the normal of its location and
+# scale, not of its moments)
+STAND_INS: dict[type, Callable[[Distribution, Array], Array]] = {
+    Gamma: lambda fn, u: _lognormal_quantile(fn.mean, fn.variance, 0.0, u),
+    StudentT: lambda fn, u: fn.loc + fn.scale * ndtri(u),
+}
 
 
 def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
@@ -112,12 +106,7 @@ def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
         return jnp.where(u < gate, 0.0, rest)
     if not isinstance(fn.support, constraints._IntegerGreaterThan):
         raise NotImplementedError(f"no quantile for the discrete support {fn.support}")
-    low = fn.support.lower_bound
-    tiny = jnp.finfo(u.dtype).tiny ** 0.25  # a count at its bound, or without spread, stays finite
-    mean = jnp.maximum(jnp.broadcast_to(fn.mean, u.shape) - low, tiny)
-    variance = jnp.maximum(jnp.broadcast_to(fn.variance, u.shape), tiny)
-    log_variance = jnp.log1p(variance / mean**2)  # σ² of the log
-    return low + jnp.exp(jnp.log(mean) - log_variance / 2 + jnp.sqrt(log_variance) * ndtri(u))
+    return _lognormal_quantile(fn.mean, fn.variance, fn.support.lower_bound, u)
 
 
 # The stand-in's logit stays within ±LOGIT_BOUND, where sigmoid and logit still invert each other in

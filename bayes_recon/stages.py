@@ -142,10 +142,11 @@ def response_predictor(
     the weighted posterior's location right before any optimisation, whatever the data's scale.
     The sampler takes its standard-normal noise (one column per response coordinate) and maps it
     through the distribution's quantile function (:func:`bayes_recon.quantile.quantile`; a count's is
-    a smooth stand-in with its mean and variance, and so is that of a response on the unit interval
-    without second derivatives: :func:`bayes_recon.quantile.moment_quantile`): with noise that is
-    exactly uncorrelated with the covariates, a handful of points reproduces the posterior mean instead
-    of a noisy refit of it. A coordinate the model observes through a transform (log(earn)) is solved
+    a smooth stand-in with its mean and variance, and so are a gamma's, a Student-t's and that of a
+    response on the unit interval without second derivatives:
+    :func:`bayes_recon.quantile.moment_quantile`): with noise that is exactly uncorrelated with the
+    covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it. A
+    coordinate the model observes through a transform (log(earn)) is solved
     for the drawn value (:func:`bayes_recon.quantile.preimage`).
     """
     found = response_coordinates(model, fixed, layout, jax.random.PRNGKey(0))
@@ -183,7 +184,7 @@ def response_predictor(
     probe = 2.0 * jax.random.normal(jax.random.PRNGKey(1), (PROBE_ROWS, layout.dim))
     bits = layout.random_bits(jax.random.PRNGKey(2), PROBE_ROWS)
     noise = jnp.zeros((PROBE_ROWS, len(responses)))
-    for quantile_of in (quantile, moment_quantile):  # the model's quantile, else a smooth stand-in
+    for quantile_of in (quantile, moment_quantile):  # the model's quantile (or stand-in), else a logit-normal
         predictor = partial(predict, quantile_of=quantile_of)
         try:  # the stages differentiate the responses twice with respect to the covariates
             jax.eval_shape(jax.hessian(lambda z, p=predictor: jnp.sum(p(z, bits, noise))), probe)
