@@ -146,8 +146,8 @@ def response_predictor(
     response on the unit interval without second derivatives:
     :func:`bayes_recon.quantile.moment_quantile`): with noise that is exactly uncorrelated with the
     covariates, a handful of points reproduces the posterior mean instead of a noisy refit of it. A
-    coordinate the model observes through a transform (log(earn)) is solved
-    for the drawn value (:func:`bayes_recon.quantile.preimage`).
+    coordinate the model observes through a transform (log(earn)) is solved for the drawn value
+    (:func:`bayes_recon.quantile.preimage`).
     """
     found = response_coordinates(model, fixed, layout, jax.random.PRNGKey(0))
     responses = tuple(sorted(found))
