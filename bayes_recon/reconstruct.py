@@ -133,9 +133,9 @@ class ReconConfig:
     ``information_start``: the last of the first restarts (with two or more, and ``coarse_steps``)
     begins its Newton stage on every draw at its cloud refitted so that the pseudo-data's information
     matches the one the release's precision holds (:mod:`bayes_recon.information`), where that matches
-    better. The grid sizes one
-    covariate at a time and loses their correlations: diamonds (26 parameters, near-collinear covariates)
-    ended every restart far above the true data's objective with 17 covariates 35 times too wide.
+    better. The grid sizes one covariate at a time and loses their correlations: diamonds (26
+    parameters, near-collinear covariates) ended every restart far above the true data's objective with
+    17 covariates 35 times too wide.
     """
 
     estimator: Literal["auto"] | Estimator = "auto"
