@@ -357,7 +357,7 @@ class Reconstruction:
         of the attack's optimum, :mod:`bayes_recon.standard_errors`), in the units and under the keys
         of :func:`statistics_spread`. Computed the first time it is read, then kept: seconds, up to about
         as long as the attack (nes1972 at M = 50, 1,400 parameters: 18 s)."""
-        return moment_errors(self._sandwich, self.measure.points)
+        return moment_errors(self._sandwich, self.measure.points, self._terms_at_phi())
 
     @attack_numerics
     def statistic_covariance(
@@ -397,14 +397,19 @@ class Reconstruction:
 
     def _objective_at_phi(self) -> Callable[[Array], Array]:
         """The attack's objective as a function of the sandwich's parameters φ (points and log-weights)."""
+        terms_at = self._terms_at_phi()
+        return lambda phi: jnp.mean(terms_at(phi))
+
+    def _terms_at_phi(self) -> Callable[[Array], Array]:
+        """The attack's per-draw terms, the information penalty added to each, as a function of φ."""
         terms, penalty = self._objective_parts()
         unpack = self._sandwich.unpack
 
-        def objective(phi: Array) -> Array:
+        def terms_at(phi: Array) -> Array:
             points, weights = unpack(phi)
-            return jnp.mean(terms(points, weights)) + penalty(points)
+            return terms(points, weights) + penalty(points)
 
-        return objective
+        return terms_at
 
     @cached_property
     def _sandwich(self) -> Sandwich:

@@ -9,6 +9,7 @@ import pytest
 
 from bayes_recon import pseudo
 from bayes_recon.precision import attack_numerics
+from bayes_recon.reconstruct import DETERMINED_WITHIN
 from bayes_recon.standard_errors import (
     effective_size,
     measure_parameters,
@@ -91,6 +92,37 @@ def test_a_statistic_whose_variance_cannot_be_had_is_infinitely_uncertain():
     _, covariance = statistic_covariance(broken, lambda data, w: jnp.stack([w @ data["x"], w.sum()]))
     assert np.all(np.diag(covariance) == np.inf)
     assert set(moment_errors(broken, points).values()) == {np.inf}
+
+
+@attack_numerics
+def test_a_statistic_an_exact_symmetry_moves_is_not_determined():
+    """Without the weights' pin the terms see Σ w x alone: each point's weight divided by c and its x times
+    c change no term, so N is not determined, though no draw's gradient has noise along it and the
+    sandwich alone puts its error under 0.1 %. The symmetry is curved in φ (x on the real line, the weight
+    by its log), so a straight probe follows it only so far: N is found open by 63 %, not without bound,
+    which the verdict reads as "not determined". With the pin N is determined (the reach leaves it at
+    zero), and x's sd, which x_0 − x_1 moves freely either way, is not."""
+    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
+    _, points = _sandwich(theta)
+    fit = _terms_of(theta, 0.0)
+
+    def unpinned(data, weights):
+        return fit(data, weights) - jnp.sum((weights - 1.0) ** 2)
+
+    def errors_of(terms):
+        sandwich = _black_box_sandwich(terms, points)
+        return moment_errors(sandwich, points), moment_errors(
+            sandwich, points, lambda phi: terms(*sandwich.unpack(phi))
+        )
+
+    alone, pinned = errors_of(fit)
+    assert pinned["total_mass"] == alone["total_mass"] < 1e-3
+    assert pinned["mean[0]"] == alone["mean[0]"]
+    alone, open_n = errors_of(unpinned)
+    assert alone["total_mass"] < 1e-3  # the sandwich alone: N looks determined
+    assert 2 * open_n["total_mass"] >= DETERMINED_WITHIN  # as the verdict reads it: not determined
+    assert open_n["mean[0]"] > 1  # the mean moves with the weights
+    assert pinned["sd[0]"] == open_n["sd[0]"] == np.inf  # along x_0 − x_1, a straight line in φ
 
 
 @attack_numerics
