@@ -228,7 +228,7 @@ def fixed_rows_adapted(
             if found is not None or differing:  # those are tried next, with this one settled
                 fixed = one
                 continue
-        make_free = f"{_made_free(name)}, and the attack reconstructs it with the rest."
+        make_free = f"{_made_free(name, values)}, and the attack reconstructs it with the rest."
         sizes = values.dtype.kind in "iuf" and values.min() >= 0
         if one_value or not sizes:
             offset = " (an offset log t: pass t itself and write t * exp(...))" if np.min(values) < 0 else ""
@@ -249,10 +249,15 @@ def fixed_rows_adapted(
     return model, fixed, found, units
 
 
-def _made_free(name: str) -> str:
+def _made_free(name: str, values: np.ndarray) -> str:
+    """How to make a fixed column free: a group index (few whole numbers) as a discrete column, whose
+    pseudo-data the attack stratifies (a cloud and a mass per group), anything else continuous."""
+    low, high = (float(np.min(values)), float(np.max(values))) if np.size(values) else (0.0, 0.0)
+    index = np.all(values == np.round(values)) and 0 < high - low < pseudo.MAX_STRATA
+    support = f"integer_interval({low:.0f}, {high:.0f})" if index else "positive"
     return (
-        f"Make {name!r} free (with its support, e.g. support={{{name!r}: constraints.positive}}; "
-        f"command line: --free ...,{name} --support {name}=positive)"
+        f"Make {name!r} free (with its support, e.g. support={{{name!r}: constraints.{support}}}; "
+        f"command line: --free ...,{name} --support {name}={support.replace(' ', '')})"
     )
 
 
@@ -326,7 +331,8 @@ def check_units(
         f"cannot carry values known row by row. Values like these are taken as a binomial's trials or a "
         f"rate's exposure only where a row with {name} = u weighs as u rows with {name} = 1 (a row of n "
         f"trials as n Bernoulli rows; a Poisson count y of exposure t as t rows of rate y / t), checked at "
-        f"different draws; this model's rows do not. {_made_free(name)}, or leave it out of the model's data."
+        f"different draws; this model's rows do not. {_made_free(name, values)}, or leave it out of the "
+        "model's data."
     )
 
 

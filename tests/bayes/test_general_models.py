@@ -278,6 +278,24 @@ def test_a_fixed_column_known_row_by_row_is_one_value_or_refused_by_name():
         prepare_release(noisy, draws, ["x", "y"], fixed={"s": np.linspace(0.5, 2.0, 30)})
 
 
+def test_a_group_index_known_row_by_row_is_refused_with_the_discrete_fix():
+    """Group intercepts indexed by a row's group: the fix offered is the index free on its whole numbers
+    (stratified, a cloud and a mass per group), and that runs; a positive support would not index."""
+
+    def grouped(x, g, y=None):
+        alpha = numpyro.sample("alpha", dist.Normal(0, 1).expand([4]))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(alpha[g] + x, 1.0), obs=y)
+
+    draws = {"alpha": np.random.default_rng(0).normal(size=(50, 4))}
+    groups = np.repeat(np.arange(4), 5)
+    fix = r"support=\{'g': constraints.integer_interval\(0, 3\)\}.*--support g=integer_interval\(0,3\)"
+    with pytest.raises(br.ReconError, match=r"fixed 'g' holds one value per data row.*" + fix):
+        prepare_release(grouped, draws, ["x", "y"], fixed={"g": groups})
+    free = prepare_release(grouped, draws, ["x", "g", "y"], support={"g": constraints.integer_interval(0, 3)})
+    assert pseudo.levels(free.layout.support("g")) == (0.0, 1.0, 2.0, 3.0)
+
+
 def binomial_with_offset(x, c, n, y=None):
     a = numpyro.sample("a", dist.Normal(0, 5))
     with numpyro.plate("rows", x.shape[0]):
