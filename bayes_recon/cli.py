@@ -735,6 +735,8 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
         )
     if recon.converged() is False:  # the sandwich describes an optimum; short of it, it may say too little
         runs = "the attack stopped short of the optimum (see convergence), so these may understate: " + runs
+    if unseen:  # a sentence of its own
+        runs = runs[0].upper() + runs[1:]
     loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN}
     if not loose:
         return f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."

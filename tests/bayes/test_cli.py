@@ -267,6 +267,7 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     assert unseen.startswith(
         "N is NOT determined: 80\u00a0% of the recovered mass sits where the likelihood barely changes"
     )
+    assert "so its weight could be almost anything. Other draws of the same posterior" in unseen
     assert "short of the optimum" not in said
     short = cli.describe_determined(Result(tight, settled=False))  # at the step cap: may understate
     assert short.startswith("the attack stopped short of the optimum (see convergence), so these may")
