@@ -105,9 +105,10 @@ def sandwich_of(phi: Array, unpack: Unpack, hessian: np.ndarray, gradients: np.n
     scale = 1 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
     eigenvalues, vectors = np.linalg.eigh(scale[:, None] * (hessian + hessian.T) / 2 * scale)
     magnitude = np.abs(eigenvalues)
-    inverse = (vectors / (magnitude + FLAT * max(magnitude.max(), TINY))) @ vectors.T
+    floor = FLAT * max(magnitude.max(), TINY)
+    inverse = (vectors / (magnitude + floor)) @ vectors.T
     inverse = scale[:, None] * inverse * scale
-    flat = vectors[:, magnitude <= FLAT * max(magnitude.max(), TINY)]
+    flat = vectors[:, magnitude <= floor]
     return Sandwich(phi, unpack, inverse, gradients - gradients.mean(axis=0), scale, flat)
 
 
@@ -228,10 +229,11 @@ def flat_reach(
     173 and of N = 10⁶ fit the draws exactly as well (the truth: 250). So along the share of each
     statistic's gradient in the null space the measure is moved by each probe, both ways, until the draws
     tell it from the sandwich's: its per-draw terms' mean differs by more than TELLS paired standard errors
-    (or by more than rounding); the furthest move untold is the reach. A move along a direction
-    flat to second order only (a Gaussian's moments, which the terms do see) is told at once. A straight
-    line in φ follows a symmetry that is curved in φ only so far (a covariate scaled on the real line):
-    the reach is then a lower bound."""
+    (or by more than rounding, or a term is not finite); the furthest move untold is the reach. A move
+    along a direction flat to second order only (a Gaussian's moments, which the terms do see) is told at
+    once. A straight line in φ follows a symmetry that is curved in φ only so far (a covariate scaled on
+    the real line), and the moved terms take a kinked likelihood's bandwidths at the moved points, which
+    the Hessian held: the reach is then a lower bound."""
 
     def at(phi: Array) -> Array:
         return jnp.ravel(statistic(*sandwich.unpack(phi)))
@@ -245,24 +247,28 @@ def flat_reach(
     probed = np.flatnonzero(np.isfinite(share) & (share > NULL_SHARE) & np.isfinite(units) & (units > 0))
     if not probed.size:
         return reach
-    terms_at, at = jax.jit(terms_at), jax.jit(at)
-    base = np.asarray(terms_at(phi))
-    rounding = ROUNDING * (1.0 + abs(float(base.mean())))
+    terms_jit, at_jit = jax.jit(terms_at), jax.jit(at)
+    base = np.asarray(terms_jit(phi))
+    rounding = ROUNDING * (1.0 + float(np.abs(base).mean()))
+
+    def untold(moved_phi: Array) -> bool:
+        difference = np.asarray(terms_jit(moved_phi)) - base
+        size = float(np.abs(difference).max())
+        if not np.isfinite(size):
+            return False
+        paired_error = size * np.std(difference / max(size, TINY), ddof=1) / np.sqrt(len(difference))
+        return abs(float(difference.mean())) <= rounding + TELLS * paired_error
+
     for k in probed:
         direction = sandwich.scale * (sandwich.flat @ along[k])  # in φ; moves t_k by |along[k]|² per unit
         slope = float(along[k] @ along[k])
-        for probe, sign in itertools.product(FLAT_PROBES, (1.0, -1.0)):
-            moved_phi = phi + sign * probe * units[k] / slope * direction
-            moved = abs(float(at(moved_phi)[k]) - value[k]) / units[k]
-            difference = np.asarray(terms_at(moved_phi)) - base
-            with np.errstate(over="ignore", invalid="ignore"):
-                told = not np.all(np.isfinite(difference)) or abs(difference.mean()) > rounding + TELLS * (
-                    difference.std(ddof=1) / np.sqrt(len(difference))
-                )
-            if not told:
-                reach[k] = max(reach[k], moved)
-        if reach[k] >= FLAT_PROBES[-1]:
-            reach[k] = np.inf
+        for sign in (1.0, -1.0):
+            for probe in FLAT_PROBES:
+                moved_phi = phi + sign * probe * units[k] / slope * direction
+                if not untold(moved_phi):
+                    break
+                moved = abs(float(at_jit(moved_phi)[k]) - value[k]) / units[k]
+                reach[k] = np.inf if probe == FLAT_PROBES[-1] else max(reach[k], moved)
     return reach
 
 

@@ -12,6 +12,7 @@ from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import DETERMINED_WITHIN
 from bayes_recon.standard_errors import (
     effective_size,
+    flat_reach,
     measure_parameters,
     moment_errors,
     moment_moves,
@@ -100,7 +101,8 @@ def test_a_statistic_an_exact_symmetry_moves_is_not_determined():
     c change no term, so N is not determined, though no draw's gradient has noise along it and the
     sandwich alone puts its error under 0.1 %. The symmetry is curved in φ (x on the real line, the weight
     by its log), so a straight probe follows it only so far: N is found open by 63 %, not without bound,
-    which the verdict reads as "not determined". With the pin N is determined (the reach leaves it at
+    which the verdict reads as "not determined" (the mean, moved by the same symmetry, not even that:
+    the reach is a lower bound). With the pin N is determined (the reach leaves it at
     zero), and x's sd, which x_0 − x_1 moves freely either way, is not."""
     theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
     _, points = _sandwich(theta)
@@ -121,8 +123,38 @@ def test_a_statistic_an_exact_symmetry_moves_is_not_determined():
     alone, open_n = errors_of(unpinned)
     assert alone["total_mass"] < 1e-3  # the sandwich alone: N looks determined
     assert 2 * open_n["total_mass"] >= DETERMINED_WITHIN  # as the verdict reads it: not determined
-    assert open_n["mean[0]"] > 1  # the mean moves with the weights
     assert pinned["sd[0]"] == open_n["sd[0]"] == np.inf  # along x_0 − x_1, a straight line in φ
+
+
+@attack_numerics
+def test_the_flat_reach_follows_a_symmetry_in_unequal_scales_until_a_term_sees_it():
+    """ℓ_s = (x_0 + 30 x_1 − θ_s)² + Σ (w_j − 1)² + max(|x_0 − x̂_0| − R, 0)²: the line (30, −1) through
+    the optimum leaves the first term as it is, in coordinates whose curvatures differ 900-fold, and the
+    last term sees it only once x_0 has moved by R. With R = 6, x_0 is untold at moves of 0.25, 1 and 4
+    either way and told at 16: its reach is 4, to rounding; with R = 100 no probe is told: unbounded. A
+    step off the symmetry (the null direction taken in the scaled coordinates, not φ) is told at once."""
+    theta = jnp.asarray(np.random.default_rng(1).normal(size=500))
+    optimum = {"x": jnp.array([float(theta.mean()) - 3.0, 0.1])}
+
+    def terms_of(room: float):
+        def terms(data, weights):
+            x = data["x"]
+            seen = jnp.maximum(jnp.abs(x[0] - optimum["x"][0]) - room, 0.0) ** 2
+            return (x[0] + 30 * x[1] - theta) ** 2 + jnp.sum((weights - 1.0) ** 2) + seen
+
+        return terms
+
+    def first(data, weights):
+        return data["x"][:1]
+
+    def reach_of(sandwich, terms) -> float:
+        return float(flat_reach(sandwich, lambda phi: terms(*sandwich.unpack(phi)), first, np.ones(1))[0])
+
+    for room, reach in ((6.0, 4.0), (100.0, np.inf)):
+        terms = terms_of(room)
+        sandwich = _black_box_sandwich(terms, optimum)
+        assert reach_of(sandwich, terms) == pytest.approx(reach, rel=1e-9)
+    assert reach_of(sandwich._replace(scale=np.ones_like(sandwich.scale)), terms) == 0.0
 
 
 @attack_numerics
