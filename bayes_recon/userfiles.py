@@ -281,9 +281,16 @@ def _columns(content: Any, file: Path, option: str) -> dict[str, np.ndarray]:
     if not isinstance(content, dict):
         raise ReconError(f"{option}: {file} should hold a JSON object {{name: list of values}}")
     try:
-        return {str(k): np.asarray(v, dtype=float) for k, v in content.items()}
+        return {str(k): _numbers(v) for k, v in content.items()}
     except (TypeError, ValueError) as err:
         raise ReconError(f"{option}: {file} has values that are not numbers ({err})") from None
+
+
+def _numbers(values: Any) -> np.ndarray:
+    """A data column as the file wrote it: whole numbers keep their integer type (a group index given as
+    --fixed must index the model's vector: alpha[g] refuses floats), everything else is float."""
+    array = np.asarray(values)
+    return array if array.dtype.kind in "iu" else array.astype(float)
 
 
 def read_data(path: str) -> dict[str, np.ndarray]:
@@ -302,12 +309,12 @@ def read_data(path: str) -> dict[str, np.ndarray]:
         text = [c for c in frame.columns if not pandas.api.types.is_numeric_dtype(frame[c])]
         if text:
             raise ReconError(f"--data: column(s) {text} of {file} are not numbers; code them as numbers")
-        columns = {str(c): frame[c].to_numpy(dtype=float) for c in frame.columns}
+        columns = {str(c): _numbers(frame[c].to_numpy()) for c in frame.columns}
         return group_stan_names(columns, f"data in {file}")
     if suffix == ".json":
         return _columns(_json(file, "--data"), file, "--data")
     if suffix == ".npz":
-        return {k: np.asarray(v, dtype=float) for k, v in _npz(file, "--data").items()}
+        return {k: _numbers(v) for k, v in _npz(file, "--data").items()}
     raise ReconError(f"--data: cannot tell the format of {file}; give {DATA_FORMATS}")
 
 

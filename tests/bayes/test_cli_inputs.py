@@ -62,6 +62,17 @@ def model(x, n, y=None):
         numpyro.sample("y", dist.Binomial(n, logits=beta[0] + beta[1] * x), obs=y)
 """
 
+GROUPS = """\
+import numpyro
+import numpyro.distributions as dist
+
+
+def model(g, x, y=None):
+    alpha = numpyro.sample("alpha", dist.Normal(0.0, 1.0).expand([4]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Normal(alpha[g] + x, 1.0), obs=y)
+"""
+
 NOT_OBSERVED = """\
 import numpyro
 import numpyro.distributions as dist
@@ -116,7 +127,8 @@ def files(tmp_path_factory) -> Path:
     """The user's models, draws in every format, data sets, and broken variants of each."""
     d = tmp_path_factory.mktemp("user")
     for name, text in {"linear": LINEAR, "poisson": POISSON, "unobserved": NOT_OBSERVED, "kidiq": KIDIQ_MODEL,
-                       "binomial": BINOMIAL, "broken": "def model(x:\n"}.items():  # fmt: skip
+                       "binomial": BINOMIAL, "groups": GROUPS,
+                       "broken": "def model(x:\n"}.items():  # fmt: skip
         (d / f"{name}.py").write_text(text)
 
     rng = np.random.default_rng(0)
@@ -133,6 +145,9 @@ def files(tmp_path_factory) -> Path:
     (d / "data.csv").write_text("x,y\n" + "".join(f"{a:.17g},{b:.17g}\n" for a, b in zip(x, y, strict=True)))
     (d / "data.json").write_text(json.dumps({"N": N_ROWS, "x": x.tolist(), "y": y.tolist(), "prior_sd": 10}))
     np.savez(d / "data.npz", x=x, y=y)
+    groups = np.arange(N_ROWS) % 4
+    (d / "groups.json").write_text(json.dumps({"g": groups.tolist(), "x": x.tolist(), "y": y.tolist()}))
+    np.savez(d / "groups.npz", alpha=rng.normal(size=(N_DRAWS, 4)))
     half = N_DRAWS // 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -315,6 +330,11 @@ BAD_INPUT = [
     (
         f"reconstruct {LINEAR_ARGS} --draws {{d}}/fit.npz {{d}}/fit.nc",
         ["several files are read as CmdStan CSV"],
+    ),
+    (  # a group index read as the whole numbers the file holds, so that it indexes; refused with the fix
+        "reconstruct --model {d}/groups.py:model --draws {d}/groups.npz --data {d}/groups.json --free x,y "
+        "--fixed g",
+        ["fixed 'g' holds one value per data row", "--free ...,g --support g=integer_interval(0,3)"],
     ),
     (f"reconstruct {LINEAR_ARGS} --draws {{d}}/fit.txt", ["cannot tell the format of"]),
     (f"reconstruct {LINEAR_ARGS} --draws {{d}}/missing.nc", ["--draws: no file"]),
