@@ -5,7 +5,9 @@ is written more than in its family: a design matrix named in a list and counted 
 Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row (and a prior as a factor), trials
 given per row (the same on every row, or varying), a Student-t whose degrees of freedom are sampled, a
 mixture without covariates, several classes, two responses per row (apart, or correlated in one
-multivariate normal), a mixture whose weights are a simplex, a regression of the noise's scale. Five
+multivariate normal), a mixture whose weights are a simplex, a regression of the noise's scale, an
+intercept per group indexed by the row's group (the index free, on its whole numbers), a deterministic
+site in the plate, a beta regression of a proportion, Weibull survival times. Five
 cases take their data from posteriordb data sets that have no reference draws there (wells, GLM_Poisson,
 GLM_Binomial, low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others
 simulate their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500
@@ -169,6 +171,42 @@ def student_df(x, y=None):  # robust regression with its degrees of freedom samp
         numpyro.sample("y", dist.StudentT(nu, a + b * x, s), obs=y)
 
 
+def group_intercepts(g, x, y=None):  # hierarchical: an intercept per group, indexed by the row's group
+    mu = numpyro.sample("mu", dist.Normal(0, 10))
+    tau = numpyro.sample("tau", dist.HalfNormal(5))
+    alpha = numpyro.sample("alpha", dist.Normal(0, 1).expand([8]))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Normal(mu + tau * alpha[g] + b * x, s), obs=y)
+
+
+def laplace_deterministic(x, y=None):  # a deterministic site inside the plate, a covariate at 1,000
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 10))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    with numpyro.plate("rows", x.shape[0]):
+        mu = numpyro.deterministic("mu", a + b * x)
+        numpyro.sample("y", dist.Laplace(mu, s), obs=y)
+
+
+def beta_mean_precision(x, y=None):  # a proportion's regression: mean by a logit, a precision
+    a = numpyro.sample("a", dist.Normal(0, 3))
+    b = numpyro.sample("b", dist.Normal(0, 3))
+    phi = numpyro.sample("phi", dist.Gamma(2, 0.1))
+    with numpyro.plate("rows", x.shape[0]):
+        m = jax.nn.sigmoid(a + b * x)
+        numpyro.sample("y", dist.Beta(m * phi, (1 - m) * phi), obs=y)
+
+
+def weibull_times(x, y=None):  # survival times, uncensored: a distribution the attack names nowhere
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    k = numpyro.sample("k", dist.Gamma(2, 1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Weibull(jnp.exp(a + b * x), k), obs=y)
+
+
 def softmax_classes(X, y=None):  # three classes, the first the reference
     W = numpyro.sample("W", dist.Normal(0, 5).expand([2, 2]).to_event(2))
     c = numpyro.sample("c", dist.Normal(0, 5).expand([2]).to_event(1))
@@ -330,6 +368,27 @@ def _student(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": x, "y": 1 + x + rng.standard_t(4, 300)}
 
 
+def _groups(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    g, x = np.repeat(np.arange(8), 20), rng.normal(3, 2, 160)
+    return {"g": g, "x": x, "y": 1 + rng.normal(0, 1.5, 8)[g] + 0.8 * x + rng.normal(0, 1, 160)}
+
+
+def _laplace(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(0, 1000, 150)
+    return {"x": x, "y": 4 + 0.002 * x + rng.laplace(0, 1.0, 150)}
+
+
+def _proportions(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=200)
+    m = 1 / (1 + np.exp(0.5 - 0.8 * x))
+    return {"x": x, "y": rng.beta(m * 15, (1 - m) * 15)}
+
+
+def _times(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=200)
+    return {"x": x, "y": np.exp(1 + 0.5 * x) * rng.weibull(1.7, 200)}
+
+
 def _classes(rng: np.random.Generator) -> dict[str, np.ndarray]:
     X = rng.normal(size=(300, 2))
     logits = np.column_stack([np.zeros(300), X @ np.array([[1, -1], [0.5, 1]]) + np.array([0.2, -0.3])])
@@ -434,6 +493,16 @@ CASES = (
     Case("mixture-labels-switch", mixture_unordered, _mixture_unordered, ["y"]),
     Case("correlated-pair", correlated_pair, _correlated_pair, {"x": (), "y": (2,)}),
     Case("three-components", three_components, _three_components, ["y"]),
+    Case(
+        "group-intercepts",
+        group_intercepts,
+        _groups,
+        ["g", "x", "y"],
+        support={"g": constraints.integer_interval(0, 7)},
+    ),
+    Case("laplace-deterministic", laplace_deterministic, _laplace, ["x", "y"]),
+    Case("beta-mean-precision", beta_mean_precision, _proportions, ["x", "y"]),
+    Case("weibull-times", weibull_times, _times, ["x", "y"]),
 )
 BY_CASE = {c.name: c for c in CASES}
 
