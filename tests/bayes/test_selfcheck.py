@@ -17,7 +17,7 @@ from bayes_recon.divergence import Coordinates
 from bayes_recon.models import lookup
 from bayes_recon.posteriordb import load_posterior
 from bayes_recon.reconstruct import AttackSetup
-from bayes_recon.selfcheck import SelfCheckConfig, round_trip
+from bayes_recon.selfcheck import SelfCheckConfig, _two_sample, round_trip
 from bayes_recon.weighting import WeightedModel
 
 KIDIQ = "kidiq-kidscore_momiq"
@@ -132,6 +132,31 @@ def test_a_posterior_far_from_the_release_is_sampled_up_to_the_region_and_named(
     # loc is pressed to its wall: it is not at its 125 sd
 
 
+def _autocorrelated(rng: np.random.Generator, n: int, rho: float) -> np.ndarray:
+    """n draws of a chain whose stationary law is the 3-dimensional standard normal; lag-1 correlation rho."""
+    z = np.empty((n, 3))
+    z[0] = rng.normal(size=3)
+    for t in range(1, n):
+        z[t] = rho * z[t - 1] + np.sqrt(1 - rho**2) * rng.normal(size=3)
+    return z
+
+
+def test_the_two_sample_statistic_is_calibrated_on_a_release_drawn_by_a_chain():
+    """Released draws from a chain with an effective size of a twentieth of their number, and the check's
+    chain from the same law: the MMD² stays under its critical value because the splits take contiguous
+    blocks of the release (with random halves, which interleave, it exceeded it in 9 of these 10 runs).
+    Moved by 1 sd, the check's chain is told apart."""
+    rng = np.random.default_rng(0)
+    same, moved = [], []
+    for seed in range(10):
+        release, chain = _autocorrelated(rng, 2000, 0.9), _autocorrelated(rng, 600, 0.9)
+        statistic, critical = _two_sample(chain, release, SelfCheckConfig(seed=seed))
+        same.append(statistic > critical)
+        statistic, critical = _two_sample(chain + 1.0, release, SelfCheckConfig(seed=seed))
+        moved.append(statistic > critical)
+    assert sum(same) <= 1 and sum(moved) >= 8
+
+
 def test_the_config_refuses_settings_that_cannot_work():
     with pytest.raises(br.ReconError, match="sd_ratio_range"):
         SelfCheckConfig(sd_ratio_range=(1.2, 0.8))
@@ -141,5 +166,7 @@ def test_the_config_refuses_settings_that_cannot_work():
         SelfCheckConfig(level=1.0)
     with pytest.raises(br.ReconError, match="margin"):
         SelfCheckConfig(margin=0.0)
+    with pytest.raises(br.ReconError, match="target_accept"):
+        SelfCheckConfig(target_accept=1.0)
     with pytest.raises(br.ReconError, match="max_outside"):
         SelfCheckConfig(max_outside=1.5)

@@ -1,0 +1,146 @@
+"""How often the self-check passes the true data, and how often it catches a measure that is wrong.
+
+For two releases, kidiq-kidscore_momiq (posteriordb's thinned reference draws, nearly independent) and
+the model-styles suite's group-intercepts (an eight-group hierarchy; 1,000 NUTS draws in chain order,
+effective size about 200), this runs ``selfcheck.round_trip`` at NUTS seeds 0..S-1 on the true data
+(all weights one) and, on kidiq, on wrong measures: every weight ×0.7, ×0.8 or ×1.5, and the response
+moved by 0.05 of its sd. It prints, per release and measure, how many seeds the check passes, the
+largest MMD² over its critical value, the worst mean shift and log sd ratio, the kinds of reason it
+gave (mean, sd, MMD², outside, divergent; a seed can give several), and the mean time of a check
+(compilation excluded: the first check of each release is run once before).
+The true data should pass every seed; the wrong measures should fail.
+
+Run (from the repository root):
+    .venv/bin/python benchmarks/bayes_selfcheck_calibration.py --seeds 20 \
+        --json results/bayes_selfcheck_calibration.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bayes_model_styles import BY_CASE, CACHE, sampled
+
+import bayes_recon as br
+from bayes_recon.models import lookup
+from bayes_recon.posteriordb import load_posterior
+from bayes_recon.reconstruct import AttackSetup
+from bayes_recon.selfcheck import SelfCheckConfig, round_trip
+
+br.enable_float64()
+
+ONE_STEP = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, rescue_restarts=0, refine_rounds=0)
+Measure = tuple[Mapping[str, np.ndarray], np.ndarray]
+
+
+def kidiq() -> tuple[AttackSetup, dict[str, Measure]]:
+    entry, posterior = lookup("kidiq-kidscore_momiq"), load_posterior("kidiq-kidscore_momiq")
+    data = entry.model_data(posterior.data)
+    result = br.reconstruct(entry.model, posterior.draws, free=list(entry.free), n_points=5, config=ONE_STEP)
+    truth = {k: np.asarray(data[k]) for k in entry.free}
+    n, y = len(truth["kid_score"]), truth["kid_score"]
+    return result.setup, {
+        "truth": (truth, np.ones(n)),
+        "weights x0.7": (truth, np.full(n, 0.7)),
+        "weights x0.8": (truth, np.full(n, 0.8)),
+        "weights x1.5": (truth, np.full(n, 1.5)),
+        "response +0.05 sd": ({**truth, "kid_score": y + 0.05 * np.std(y)}, np.ones(n)),
+    }
+
+
+def group_intercepts() -> tuple[AttackSetup, dict[str, Measure]]:
+    case = BY_CASE["group-intercepts"]
+    data, draws = sampled(case, CACHE)
+    result = br.reconstruct(
+        case.model, draws, free=case.free, support=dict(case.support), n_points=20, config=ONE_STEP
+    )
+    truth = {k: np.asarray(data[k]) for k in case.free}
+    return result.setup, {"truth": (truth, np.ones(len(truth["y"])))}
+
+
+RELEASES = {"kidiq-kidscore_momiq": kidiq, "group-intercepts": group_intercepts}
+
+
+def run(release: str, seeds: int) -> list[dict[str, Any]]:
+    setup, measures = RELEASES[release]()
+    round_trip(setup, *measures["truth"])  # compiles NUTS for this release
+    rows = []
+    for name, (points, weights) in measures.items():
+        checks, seconds = [], []
+        for seed in range(seeds):
+            start = time.perf_counter()
+            checks.append(round_trip(setup, points, weights, SelfCheckConfig(seed=seed)))
+            seconds.append(time.perf_counter() - start)
+        reasons = Counter(_kind(reason) for check in checks for reason in check.reasons)
+        rows.append(
+            {
+                "release": release,
+                "measure": name,
+                "seeds": seeds,
+                "passes": sum(check.reproduces for check in checks),
+                "max_statistic_over_critical": max(check.statistic / check.critical for check in checks),
+                "max_mean_shift": max(float(np.max(np.abs(check.mean_shift))) for check in checks),
+                "max_log_sd_ratio": max(float(np.max(np.abs(np.log(check.sd_ratio)))) for check in checks),
+                "reasons": dict(reasons),
+                "mean_seconds": float(np.mean(seconds)),
+            }
+        )
+        print(_line(rows[-1]), flush=True)
+    return rows
+
+
+REASON_KINDS = {
+    "posterior mean": "mean",
+    "posterior sd": "sd",
+    "joint distribution": "MMD²",
+    "beyond the released draws": "outside",
+    "diverged": "divergent",
+    "not finite": "not finite",
+    "non-finite": "not finite",
+}
+
+
+def _kind(reason: str) -> str:
+    """The kind of a failed comparison (its numbers vary from seed to seed)."""
+    return next((kind for key, kind in REASON_KINDS.items() if key in reason), reason)
+
+
+def _line(row: Mapping[str, Any]) -> str:
+    reasons = "; ".join(f"{count}× {reason}" for reason, count in row["reasons"].items()) or "—"
+    return (
+        f"| {row['release']} | {row['measure']} | {row['passes']} of {row['seeds']} | "
+        f"{row['max_statistic_over_critical']:.2f} | {row['max_mean_shift']:.2f} | "
+        f"{row['max_log_sd_ratio']:.2f} | {row['mean_seconds']:.2f} | {reasons} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--releases", default=",".join(RELEASES), help="comma-separated (default: both)")
+    parser.add_argument("--seeds", type=int, default=20, help="NUTS seeds per measure (20)")
+    parser.add_argument("--json", type=Path, default=Path("results/bayes_selfcheck_calibration.json"))
+    args = parser.parse_args()
+    unknown = sorted(set(args.releases.split(",")) - set(RELEASES))
+    if unknown:
+        parser.error(f"unknown releases {unknown}; choose from {sorted(RELEASES)}")
+    print(
+        "| release | measure | passes | max MMD²/critical | max mean shift (sd) | max |log sd ratio| | s "
+        "| reasons |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    rows = [row for release in args.releases.split(",") for row in run(release, args.seeds)]
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
