@@ -103,9 +103,10 @@ def run(release: str, seeds: int, target_accept: float) -> list[dict[str, Any]]:
 
 
 def _worst(values: list[float]) -> float:
-    """The largest value over the seeds where NUTS sampled (NaN where it never did)."""
-    finite = [float(v) for v in values if np.isfinite(v)]
-    return max(finite) if finite else float("nan")
+    """The largest value over the seeds where NUTS sampled (NaN where it never did). An infinite value
+    stays: a chain stuck at its start has an sd ratio of 0, the worst there is."""
+    sampled = [float(v) for v in values if not np.isnan(v)]
+    return max(sampled) if sampled else float("nan")
 
 
 REASON_KINDS = {
