@@ -177,8 +177,9 @@ class ReconConfig:
                 )
         if not isinstance(self.information_start, bool):
             raise ReconError(f"information_start must be true or false, got {self.information_start!r}")
-        if not self.learning_rate > 0:
-            raise ReconError(f"learning_rate must be positive, got {self.learning_rate!r}")
+        rate = self.learning_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+            raise ReconError(f"learning_rate must be positive, got {rate!r}")
         for name, allowed in (
             ("estimator", ("auto", *ESTIMATORS)),
             ("coordinates", ("standardised", "unconstrained")),

@@ -115,6 +115,20 @@ class SelfCheckConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ReconError(f"{name} must be a whole number ≥ {least}, got {value!r}")
+        # checked before the comparisons below, which a string would fail with a TypeError
+        numbers = (
+            "target_accept",
+            "max_mean_shift",
+            "level",
+            "slack",
+            "max_divergent",
+            "margin",
+            "max_outside",
+        )
+        for name in numbers:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ReconError(f"{name} must be a number, got {value!r}")
         if not 0 < self.target_accept < 1:
             raise ReconError(
                 f"target_accept must be NUTS's target acceptance rate, strictly between 0 and 1 (e.g. 0.9), "

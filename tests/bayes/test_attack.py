@@ -324,6 +324,7 @@ def test_model_kernel_mmd_is_the_fisher_divergence_between_weighted_posteriors(k
         ({"coarse_steps": -1}, "coarse_steps must be a whole number"),
         ({"bootstrap": -2}, "bootstrap must be a whole number"),
         ({"learning_rate": 0.0}, "learning_rate must be positive"),
+        ({"learning_rate": "fast"}, "learning_rate must be positive"),
         ({"method": "sgd"}, "method must be one of"),
         ({"estimator": "exactly"}, "estimator must be one of"),
     ],

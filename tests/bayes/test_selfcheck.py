@@ -168,5 +168,7 @@ def test_the_config_refuses_settings_that_cannot_work():
         SelfCheckConfig(margin=0.0)
     with pytest.raises(br.ReconError, match="target_accept"):
         SelfCheckConfig(target_accept=1.0)
+    with pytest.raises(br.ReconError, match="target_accept must be a number"):
+        SelfCheckConfig(target_accept="high")
     with pytest.raises(br.ReconError, match="max_outside"):
         SelfCheckConfig(max_outside=1.5)
