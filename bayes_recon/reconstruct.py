@@ -357,10 +357,17 @@ class Reconstruction:
         pairwise covariance: their Monte Carlo standard errors at the result (the sandwich covariance
         of the attack's optimum, :mod:`bayes_recon.standard_errors`), in the units and under the keys
         of :func:`statistics_spread`. Each is at least half of how far the objective's flat directions
-        move it unseen by the draws (:func:`bayes_recon.standard_errors.flat_reach`). Computed the first
-        time it is read, then kept: seconds, up to about as long as the attack (nes1972 at M = 50, 1,400
-        parameters: 28 s at stop 57, 5 s of it on the flat directions)."""
-        return moment_errors(self._sandwich, self.measure.points, self._terms_at_phi())
+        move it unseen by the draws (:func:`bayes_recon.standard_errors.flat_reach`), and at least half of
+        how far apart the restarts that reached the best objective end (:meth:`restart_spread`): both are
+        lower bounds where the objective's flat set is curved. A linear regression with its design
+        matrix's column of ones free sees the data only through (N, XᵀX, Xᵀy, yᵀy), a quadric along which
+        every column's mean moves: flat_reach's straight probes were told within 0.1 sd, while two
+        restarts at the same objective differed by 0.2–0.6 sd (the truth 2.5 sd away). Computed the
+        first time it is read, then kept: seconds, up to about as long as the attack (nes1972 at M = 50,
+        1,400 parameters: 28 s at stop 57, 5 s of it on the flat directions)."""
+        errors = moment_errors(self._sandwich, self.measure.points, self._terms_at_phi())
+        apart = self.restart_spread()
+        return {k: max(error, apart.get(k, 0.0) / 2) for k, error in errors.items()}
 
     @attack_numerics
     def statistic_covariance(

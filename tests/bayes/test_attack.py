@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import arviz
 import jax
 import jax.numpy as jnp
@@ -422,3 +424,26 @@ def test_statistics_spread_is_unit_free_and_measures_covariances_in_correlation_
     assert rescaled == pytest.approx(expected)
     assert "cov[0,1]" not in statistics_spread(mass, mean, var)  # restarts: no covariances recorded
     assert statistics_spread(mass, mean + np.array([[0.0, 0.0], [np.nan, 0.0]]), var)["mean[0]"] == np.inf
+
+
+def test_restarts_at_the_best_objective_that_differ_widen_the_standard_errors(kidiq_result):
+    """Two restarts that reach the same objective are equally good reconstructions: a statistic on which
+    they differ is determined no tighter than half their gap, whatever the sandwich says; those on which
+    they agree keep the sandwich's errors."""
+    result, history = kidiq_result, kidiq_result.history
+    twice = {
+        k: np.concatenate([v, v])
+        for k, v in history.items()
+        if k in ("total_mass", "mean", "var", "information")
+    }
+    sd = np.sqrt(history["var"][0, -1, 0])
+    twice["mean"][1, -1, 0] += sd  # the second restart's mom_iq mean one sd higher, at the same objective
+    two = dataclasses.replace(
+        result, history={**history, **twice}, restart_objectives=np.repeat(result.restart_objectives, 2)
+    )
+    assert result.standard_errors["mean[0]"] < 0.1
+    assert two.restart_spread()["mean[0]"] == pytest.approx(1.0, rel=1e-9)
+    assert two.standard_errors["mean[0]"] == pytest.approx(0.5, rel=1e-9)
+    assert {k: v for k, v in two.standard_errors.items() if k != "mean[0]"} == {
+        k: v for k, v in result.standard_errors.items() if k != "mean[0]"
+    }
