@@ -728,7 +728,10 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
         else ""
     )
     errors = recon.tilted_standard_errors if tilted else recon.standard_errors
-    runs = "other draws of the same posterior would move the result by about one standard error: "
+    runs = (
+        "other draws of the same posterior (or another restart as good) would move the result by about one "
+        "standard error: "
+    )
     if tilted:
         runs = (
             runs[:-2] + " (widened where a tilt worth one error moved a statistic further; see error check): "

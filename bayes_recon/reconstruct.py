@@ -10,9 +10,9 @@ round on a CPU, all batched by ``vmap`` on an accelerator; on a CPU the rounds r
 one fewer than the cores as memory allows; each round can be kept in a checkpoint)
 → keep the restart with the lowest objective among those whose measure carries no more information
 than a release can (all of them where none does) → return a :class:`WeightedMeasure` with its history;
-how tightly the release determines every statistic are its Monte Carlo standard errors
-(:attr:`Reconstruction.standard_errors`), and the same program can run again on bootstrap resamples
-of the draws (:meth:`Reconstruction.bootstrap_spread`).
+how tightly the release determines every statistic are its Monte Carlo standard errors, widened where
+flat directions or equally good restarts reach further (:attr:`Reconstruction.standard_errors`), and
+the same program can run again on bootstrap resamples of the draws (:meth:`Reconstruction.bootstrap_spread`).
 This module holds that orchestration: the configuration, the rounds, the result.
 """
 
@@ -357,12 +357,15 @@ class Reconstruction:
         pairwise covariance: their Monte Carlo standard errors at the result (the sandwich covariance
         of the attack's optimum, :mod:`bayes_recon.standard_errors`), in the units and under the keys
         of :func:`statistics_spread`. Each is at least half of how far the objective's flat directions
-        move it unseen by the draws (:func:`bayes_recon.standard_errors.flat_reach`), and at least half of
-        how far apart the restarts that reached the best objective end (:meth:`restart_spread`): both are
-        lower bounds where the objective's flat set is curved. A linear regression with its design
-        matrix's column of ones free sees the data only through (N, XᵀX, Xᵀy, yᵀy), a quadric along which
-        every column's mean moves: flat_reach's straight probes were told within 0.1 sd, while two
-        restarts at the same objective differed by 0.2–0.6 sd (the truth 2.5 sd away). Computed the
+        move it unseen by the draws (:func:`bayes_recon.standard_errors.flat_reach`), and N's and every
+        mean's and sd's at least half of how far apart the restarts that reached the best objective end
+        (:meth:`restart_spread`; the covariances are not recorded per restart): both are lower bounds
+        where the objective's flat set is curved. A linear regression with its design matrix's column of
+        ones free sees the data only through (N, XᵀX, Xᵀy, yᵀy), a quadric along which every column's
+        mean moves: flat_reach's straight probes were told within 0.1 sd, while two restarts at the same
+        objective differed by 0.2–0.6 sd (the truth 2.5 sd away). The restarts are compared as
+        :meth:`at_best` takes them (within 1 % of the best objective), also where the Frank–Wolfe rounds
+        replaced the best restart's measure: the errors err on the wide side. Computed the
         first time it is read, then kept: seconds, up to about as long as the attack (nes1972 at M = 50,
         1,400 parameters: 28 s at stop 57, 5 s of it on the flat directions)."""
         errors = moment_errors(self._sandwich, self.measure.points, self._terms_at_phi())

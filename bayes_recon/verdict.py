@@ -380,7 +380,8 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         else "by an unbounded amount (a standard error that is not finite)"
     )
     determined = (
-        "Other draws of the same posterior would move the attack's N and columns' means, sds and "
+        "Other draws of the same posterior (or another restart as good) would move the attack's N and "
+        "columns' means, sds and "
         f"covariances {size}"
         + (
             ": the release determines them about that tightly."

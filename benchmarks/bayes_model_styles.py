@@ -1,7 +1,8 @@
 """Models as users write them, through the public contract only.
 
 The synthetic suite (``bayes_general.py``) writes every family one way. A user's model differs in how it
-is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``,
+is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``
+(with its column of ones among the free columns, or not),
 Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row (and a prior as a factor), trials
 given per row (the same on every row, or varying), a Student-t whose degrees of freedom are sampled, a
 mixture without covariates, several classes, two responses per row (apart, or correlated in one
@@ -20,7 +21,9 @@ support=..., n_points=M, seed=s)``, then reads ``.measure.points`` and ``.measur
   (``modelcheck.rows_as_units``), as the attack weighs them;
 * the truth bar: J_attack ≤ J_truth + 3 Monte Carlo se of the paired per-draw difference, J_truth the
   objective of the true data with all weights 1 on the same draws (as in ``bayes_general.py``);
-* the response's weighted mean and sd against the data's (a vector response's first entry);
+* the response's weighted mean and sd against the data's (a vector response's first entry), and how
+  far the mean is off, in the recovered sd, against twice its standard error: off by more, the standard
+  errors said the release determines what it does not;
 * the self-check's verdict, the unseen mass, whether the attack converged, and the wall time
   (``Reconstruction.seconds``, compilation included), all in one process.
 
@@ -338,6 +341,11 @@ def _counted(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"X": X, "y": X @ np.array([1, 0.1, 10]) + rng.normal(size=150)}
 
 
+def _ones_column(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    X = np.column_stack([np.ones(150), rng.normal(10, 3, 150), rng.uniform(0, 1, 150)])
+    return {"X": X, "y": X @ np.array([2, 0.3, -1]) + rng.normal(0, 0.5, 150)}
+
+
 def _stan(rng: np.random.Generator) -> dict[str, np.ndarray]:
     X = rng.normal(size=(300, 2))
     return {"N": 300, "K": 2, "X": X, "y": rng.poisson(np.exp(0.3 + X @ np.array([0.5, -0.3])))}
@@ -469,6 +477,7 @@ CASES = (
     Case("mixture-as-factor", mixture_factor, _mixture, ["y"]),
     Case("mixture-prior-as-factor", mixture_prior_factor, _mixture, ["y"]),
     Case("design-matrix-counted", regression_counted, _counted, ["X", "y"]),
+    Case("design-with-ones", regression_counted, _ones_column, {"X": (3,), "y": ()}),
     Case("stan-style-N-K", stan_data_block, _stan, ["X", "y"], fixed=("N", "K")),
     Case("no-plate", no_plate, _no_plate, ["x", "y"]),
     Case("binomial-trials-per-row", binomial_trials, _binomial, ["x", "y"], fixed=("n",)),
@@ -555,20 +564,25 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
     mean, mean_true = w @ y / w.sum(), truth_weights @ y_true / truth_weights.sum()
     sd_true = np.sqrt(truth_weights @ (y_true - mean_true) ** 2 / truth_weights.sum())
     started = time.perf_counter()
-    mass_se = result.standard_errors["total_mass"]
+    errors = result.standard_errors
+    widths = [int(np.prod(np.shape(v)[1:], dtype=int)) for v in p.values()]
+    y_mean_se = errors[f"mean[{sum(widths[: list(p).index('y')])}]"]  # in the recovered sd
+    y_sd = float(np.sqrt(w @ (y - mean) ** 2 / w.sum()))
     return row | {
         "seconds": result.seconds,
         "standard_errors_seconds": time.perf_counter() - started,
         "mass": float(w.sum()),
-        "mass_se": float(mass_se),
+        "mass_se": float(errors["total_mass"]),
         "objective": result.objective,
         "objective_truth": float(truth_terms.mean()),
         "tolerance": float(tolerance),
         "truth_bar": bool(result.objective <= truth_terms.mean() + tolerance),
         "y_mean": float(mean),
         "y_mean_true": float(mean_true),
-        "y_sd": float(np.sqrt(w @ (y - mean) ** 2 / w.sum())),
+        "y_sd": y_sd,
         "y_sd_true": float(sd_true),
+        "y_mean_off": float(abs(mean - mean_true) / y_sd),
+        "y_mean_se": float(y_mean_se),
         "self_check": bool(result.self_check.reproduces),
         "unseen_mass": float(result.unseen_mass),
         "converged": result.converged(),
@@ -576,6 +590,7 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
 
 
 COLUMNS = ("case", "N", "M", "mass (se %)", "ΔJ/tol", "truth bar", "y mean (true)", "y sd (true)")
+COLUMNS += ("y mean off, sd (2 se)",)
 COLUMNS += ("self-check", "unseen", "s")
 
 
@@ -583,7 +598,9 @@ def styles_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['case']} | {r['N']} | {r['M']} | **error**: {r['error'][:120]} |||||||| |")
+            error = r["error"][:120].replace("|", "/").replace("\n", " ")
+            empty = " |" * (len(COLUMNS) - 4)
+            lines.append(f"| {r['case']} | {r['N']} | {r['M']} | **error**: {error} |{empty}")
             continue
         delta = (r["objective"] - r["objective_truth"]) / r["tolerance"]
         verdict = "reproduces" if r["self_check"] else "**does not**"
@@ -596,6 +613,7 @@ def styles_table(rows: list[dict[str, Any]]) -> str:
             "met" if r["truth_bar"] else "**not met**",
             f"{r['y_mean']:.3g} ({r['y_mean_true']:.3g})",
             f"{r['y_sd']:.3g} ({r['y_sd_true']:.3g})",
+            f"{r['y_mean_off']:.2f} ({2 * r['y_mean_se']:.2f})",
             verdict,
             f"{r['unseen_mass']:.2f}",
             f"{r['seconds']:.1f}",
