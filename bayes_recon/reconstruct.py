@@ -362,12 +362,12 @@ class Reconstruction:
         (:meth:`restart_spread`; the covariances are not recorded per restart): both are lower bounds
         where the objective's flat set is curved. A linear regression with its design matrix's column of
         ones free sees the data only through (N, XᵀX, Xᵀy, yᵀy), a quadric along which every column's
-        mean moves: flat_reach's straight probes were told within 0.1 sd, while two restarts at the same
-        objective differed by 0.2–0.6 sd (the truth 0.56–0.59 sd away). The restarts are compared as
-        :meth:`at_best` takes them (within 1 % of the best objective), also where the Frank–Wolfe rounds
-        replaced the best restart's measure: the errors err on the wide side. Computed the
-        first time it is read, then kept: seconds, up to about as long as the attack (nes1972 at M = 50,
-        1,400 parameters: 28 s at stop 57, 5 s of it on the flat directions)."""
+        mean moves: flat_reach's straight probes were told at their first (0.25 sd), while two restarts
+        at the same objective differed by 0.2–0.6 sd (the truth 0.56–0.59 sd away). The restarts are
+        compared as :meth:`at_best` takes them (within 1 % of the best objective), also where the
+        Frank–Wolfe rounds replaced the best restart's measure: the errors err on the wide side. Computed
+        the first time it is read, then kept: seconds, up to about as long as the attack (nes1972 at
+        M = 50, 1,400 parameters: 28 s at stop 57, 5 s of it on the flat directions)."""
         errors = moment_errors(self._sandwich, self.measure.points, self._terms_at_phi())
         apart = self.restart_spread()
         return {k: max(error, apart.get(k, 0.0) / 2) for k, error in errors.items()}
