@@ -280,6 +280,15 @@ def _copied_as(kind: type, fn: Distribution, each: Callable[[Any], Any] = lambda
     return copy
 
 
+def _per_point(sites: list[dict[str, Any]], data: Mapping[str, Array]) -> Array:
+    """Every point's log-likelihood summed over the likelihood ``sites`` of a trace on ``data``."""
+    n = next(iter(data.values())).shape[0]
+    total = jnp.zeros(n)
+    for site in sites:
+        total = total + jnp.reshape(site["fn"].log_prob(site["value"]), (n, -1)).sum(axis=1)
+    return total
+
+
 def _is_likelihood(msg: dict[str, Any], prior_sites: frozenset[str]) -> bool:
     """An observed site that is a term of the rows' likelihood: not a Jacobian factor, nor a prior site."""
     return (
@@ -376,7 +385,12 @@ class WeightedModel:
     ) -> dict[str, Any]:
         """The model's trace at the flat vector ``theta`` on ``data``, supports relaxed."""
         params = constrain_fn(self.model, (), self._kwargs(data), self.unravel(theta))
-        relaxed = relax_support(handlers.substitute(self.model, params), bandwidths)
+        return self._trace_constrained(params, data, bandwidths)
+
+    def _trace_constrained(
+        self, params: Mapping[str, Array], data: Mapping[str, Array], bandwidths: Bandwidths | None = None
+    ) -> dict[str, Any]:
+        relaxed = relax_support(handlers.substitute(self.model, dict(params)), bandwidths)
         return handlers.trace(relaxed).get_trace(**self._kwargs(data))
 
     def _likelihood_sites(
@@ -390,12 +404,19 @@ class WeightedModel:
     ) -> Array:
         """log p(x_j | θ) for every point j (summed over the likelihood sites), θ unconstrained flat (kinks
         smoothed by ``bandwidths``, if given)."""
-        n = next(iter(data.values())).shape[0]
-        total = jnp.zeros(n)
-        for site in self._likelihood_sites(theta, data, bandwidths):
-            lp = site["fn"].log_prob(site["value"])
-            total = total + jnp.reshape(lp, (n, -1)).sum(axis=1)
-        return total
+        return _per_point(self._likelihood_sites(theta, data, bandwidths), data)
+
+    def constrained_terms(self, params: Mapping[str, Array], data: Mapping[str, Array]) -> Array:
+        """At the latent sites' constrained values ``params``: the prior's log density there (no Jacobian of
+        NumPyro's unconstraining) and log p(x_j | θ) for every point j, (M + 1,)."""
+        trace = self._trace_constrained(params, data)
+        likelihood = [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
+        prior = [
+            jnp.sum(site["fn"].log_prob(site["value"]))
+            for site in trace.values()
+            if site["type"] == "sample" and not _is_likelihood(site, self.prior_sites)
+        ]
+        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], _per_point(likelihood, data)])
 
     def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
         """The standardised residual (:func:`kink_residual`) of every likelihood site with a kink (Laplace,
