@@ -584,6 +584,7 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
         "y_mean_off": float(abs(mean - mean_true) / y_sd),
         "y_mean_se": float(y_mean_se),
         "self_check": bool(result.self_check.reproduces),
+        "self_check_summary": result.self_check.summary(),
         "unseen_mass": float(result.unseen_mass),
         "converged": result.converged(),
     }

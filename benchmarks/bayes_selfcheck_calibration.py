@@ -1,8 +1,10 @@
 """How often the self-check passes the true data, and how often it catches a measure that is wrong.
 
-For two releases, kidiq-kidscore_momiq (posteriordb's thinned reference draws, nearly independent) and
+For three releases, kidiq-kidscore_momiq (posteriordb's thinned reference draws, nearly independent),
 the model-styles suite's group-intercepts (an eight-group hierarchy; 1,000 NUTS draws in chain order,
-effective size about 200), this runs ``selfcheck.round_trip`` at NUTS seeds 0..S-1 on the true data
+effective size about 200) and its mixture-labels-switch (a two-component normal mixture whose 1,000 NUTS
+draws switch labels six times; ``--no-relabel`` compares them as labelled), this runs
+``selfcheck.round_trip`` at NUTS seeds 0..S-1 on the true data
 (all weights one) and on wrong measures: every weight ×0.7, ×0.8 or ×1.5, and the response moved by
 0.05 of its sd. It prints, per release and measure, how many seeds the check passes, the largest MMD²
 over its critical value, the worst mean shift and |log sd ratio| (over the seeds where NUTS sampled),
@@ -22,7 +24,7 @@ import argparse
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,27 +62,36 @@ def _measures(truth: dict[str, np.ndarray], response: str) -> dict[str, Measure]
     }
 
 
-def group_intercepts() -> tuple[AttackSetup, dict[str, Measure]]:
-    case = BY_CASE["group-intercepts"]
-    data, draws = sampled(case, CACHE)
-    result = br.reconstruct(
-        case.model, draws, free=case.free, support=dict(case.support), n_points=20, config=ONE_STEP
-    )
-    truth = {k: np.asarray(data[k]) for k in case.free}
-    return result.setup, _measures(truth, "y")
+def model_style(name: str) -> Callable[[], tuple[AttackSetup, dict[str, Measure]]]:
+    """A release of the model-styles suite (its cached NUTS draws, in chain order) and its measures."""
+
+    def release() -> tuple[AttackSetup, dict[str, Measure]]:
+        case = BY_CASE[name]
+        data, draws = sampled(case, CACHE)
+        result = br.reconstruct(
+            case.model, draws, free=case.free, support=dict(case.support), n_points=20, config=ONE_STEP
+        )
+        truth = {k: np.asarray(data[k]) for k in case.free}
+        return result.setup, _measures(truth, "y")
+
+    return release
 
 
-RELEASES = {"kidiq-kidscore_momiq": kidiq, "group-intercepts": group_intercepts}
+RELEASES = {
+    "kidiq-kidscore_momiq": kidiq,
+    "group-intercepts": model_style("group-intercepts"),
+    "mixture-labels-switch": model_style("mixture-labels-switch"),
+}
 
 
-def run(release: str, seeds: int, target_accept: float) -> list[dict[str, Any]]:
+def run(release: str, seeds: int, target_accept: float, relabel: bool) -> list[dict[str, Any]]:
     setup, measures = RELEASES[release]()
     rows = []
     for name, (points, weights) in measures.items():
         checks, seconds = [], []
         for seed in range(seeds):
             start = time.perf_counter()
-            config = SelfCheckConfig(seed=seed, target_accept=target_accept)
+            config = SelfCheckConfig(seed=seed, target_accept=target_accept, relabel=relabel)
             checks.append(round_trip(setup, points, weights, config))
             seconds.append(time.perf_counter() - start)
         reasons = Counter(_kind(reason) for check in checks for reason in check.reasons)
@@ -89,6 +100,8 @@ def run(release: str, seeds: int, target_accept: float) -> list[dict[str, Any]]:
                 "release": release,
                 "measure": name,
                 "target_accept": target_accept,
+                "relabel": relabel,
+                "relabelled": checks[0].relabelled,
                 "seeds": seeds,
                 "passes": sum(check.reproduces for check in checks),
                 "max_statistic_over_critical": _worst([check.statistic / check.critical for check in checks]),
@@ -138,24 +151,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--releases", default=",".join(RELEASES), help="comma-separated (default: both)")
+    parser.add_argument("--releases", default=",".join(RELEASES), help="comma-separated (default: all)")
     parser.add_argument("--seeds", type=int, default=20, help="NUTS seeds per measure (20)")
     parser.add_argument(
         "--target-accept", type=float, default=SelfCheckConfig().target_accept, help="NUTS's (0.9)"
+    )
+    parser.add_argument(
+        "--no-relabel", action="store_true", help="compare a mixture's components as labelled in each draw"
     )
     parser.add_argument("--json", type=Path, default=Path("results/bayes_selfcheck_calibration.json"))
     args = parser.parse_args()
     unknown = sorted(set(args.releases.split(",")) - set(RELEASES))
     if unknown:
         parser.error(f"unknown releases {unknown}; choose from {sorted(RELEASES)}")
-    print(f"NUTS target acceptance {args.target_accept:g}")
+    print(f"NUTS target acceptance {args.target_accept:g}; components relabelled: {not args.no_relabel}")
     print(
         "| release | measure | passes | max MMD²/critical | max mean shift (sd) | max |log sd ratio| | s "
         "| reasons |"
     )
     print("|---|---|---|---|---|---|---|---|")
     rows = [
-        row for release in args.releases.split(",") for row in run(release, args.seeds, args.target_accept)
+        row
+        for release in args.releases.split(",")
+        for row in run(release, args.seeds, args.target_accept, not args.no_relabel)
     ]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))

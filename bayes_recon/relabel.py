@@ -1,0 +1,167 @@
+"""Label switching: a mixture's exchangeable components put in one order before two posteriors are compared.
+
+A mixture whose components are exchangeable (the same prior for each, a likelihood that sums over
+them) has a posterior invariant under relabelling its components: K! copies of every mode. A release
+drawn by MCMC may visit several copies (posteriordb's low_dim_gauss_mix_collapse switches labels
+about every 100 draws) while the self-check's own chain keeps one, and compared coordinate by
+coordinate the two look like different posteriors when they are one. Putting every draw's components
+in the order of one component parameter (an identifiability constraint imposed after sampling) maps
+two posteriors that agree up to labels to one distribution, since the same map is applied to both.
+
+The symmetry is found, not declared (:func:`find_relabelling`): the latent sites whose last axis has
+K ≥ 2 entries are the candidates; with K = 2, a scalar on the unit interval may be a two-component
+mixture's weight, relabelled as 1 − θ. A candidate is a symmetry if swapping components i and i + 1
+(every i) leaves the prior density and every pseudo-point's log-likelihood unchanged, in constrained
+coordinates, at several draws. The largest such set of sites is taken. A model without one (ordered
+means, a regression's coefficients) is compared as it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.distributions import constraints
+from numpyro.infer.util import constrain_fn
+
+from bayes_recon.weighting import WeightedModel
+
+Array = jax.Array
+
+PROBE_DRAWS = 20  # released draws at which a candidate symmetry must hold
+MOST_CANDIDATE_SITES = 6  # more sites of one K (or unit-interval scalars): only all of them are tried
+INVARIANCE_TOLERANCE = 1e-8  # relative change of a log density that counts as none (rounding, in float64)
+
+
+class Relabelling(NamedTuple):
+    """Swapping the components of ``sites`` (along their last axis, K entries each), and for K = 2 taking
+    1 − θ of each of ``flipped``, leaves the weighted posterior as it is; ``key``'s first K entries set
+    the order."""
+
+    sites: tuple[str, ...]
+    flipped: tuple[str, ...]
+    key: str
+    components: int
+
+    def describe(self) -> str:
+        flipped = f" (and {', '.join(self.flipped)} as 1 − itself)" if self.flipped else ""
+        return (
+            f"the {self.components} exchangeable components of {', '.join(self.sites)}{flipped} "
+            f"compared in the order of {self.key}"
+        )
+
+
+def find_relabelling(
+    weighted: WeightedModel, data: Mapping[str, Array], theta: np.ndarray
+) -> Relabelling | None:
+    """The largest relabelling symmetry of the prior and of the likelihood of every point of ``data`` (see the
+    module's docstring), or None; ``theta`` (S, d): draws in the model's flat unconstrained coordinates."""
+    by_length: dict[int, list[str]] = {}
+    shapes = jax.eval_shape(partial(_constrained_draw, weighted, data), jnp.asarray(theta[0]))
+    for name, shape in shapes.items():  # traced, not compiled: most models stop here
+        if len(shape.shape) >= 1 and shape.shape[-1] >= 2:
+            by_length.setdefault(shape.shape[-1], []).append(name)
+    if not by_length:
+        return None
+    probe = np.asarray(theta)[np.linspace(0, len(theta) - 1, min(PROBE_DRAWS, len(theta))).astype(int)]
+    values = constrained_values(weighted, data, probe)
+    trace = handlers.trace(handlers.substitute(weighted.model, {k: v[0] for k, v in values.items()}))
+    sites = trace.get_trace(**weighted._kwargs(data))
+    unit = [
+        name
+        for name, v in values.items()
+        if v.ndim == 1 and isinstance(sites[name]["fn"].support, type(constraints.unit_interval))
+    ]
+    density = _invariance_terms(weighted, data)
+    before = density(values)
+    for k, names in sorted(by_length.items()):
+        flips = unit if k == 2 else []
+        for chosen, flipped in _candidates(names, flips):
+            moved = [_swapped(values, chosen, flipped, i) for i in range(k - 1)]
+            if all(_unchanged(before, density(m)) for m in moved):
+                key = max(chosen, key=lambda name: _separation(values[name], k))
+                return Relabelling(tuple(chosen), tuple(flipped), key, k)
+    return None
+
+
+def relabel(
+    weighted: WeightedModel, data: Mapping[str, Array], relabelling: Relabelling, theta: np.ndarray
+) -> np.ndarray:
+    """Every draw of ``theta`` (S, d; flat unconstrained) with its components in ``relabelling``'s order."""
+    values = constrained_values(weighted, data, theta)
+    k = relabelling.components
+    key = values[relabelling.key].reshape(len(theta), -1, k)[:, 0, :]
+    order = np.argsort(key, axis=1, kind="stable")
+    for name in relabelling.sites:
+        v = values[name]
+        index = order.reshape((len(theta),) + (1,) * (v.ndim - 2) + (k,))
+        values[name] = np.take_along_axis(v, np.broadcast_to(index, v.shape), axis=-1)
+    swapped = order[:, 0] == 1  # K = 2: the draws whose labels were exchanged
+    for name in relabelling.flipped:
+        values[name] = np.where(swapped, 1.0 - values[name], values[name])
+    return weighted.to_unconstrained(values, data)
+
+
+def constrained_values(
+    weighted: WeightedModel, data: Mapping[str, Array], theta: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The latent sites' constrained values at each flat unconstrained draw, {site: (S, ...)}."""
+    each = jax.jit(jax.vmap(partial(_constrained_draw, weighted, data)))
+    return {k: np.asarray(v) for k, v in each(jnp.asarray(theta)).items()}
+
+
+def _constrained_draw(weighted: WeightedModel, data: Mapping[str, Array], x: Array) -> dict[str, Array]:
+    values = constrain_fn(weighted.model, (), weighted._kwargs(data), weighted.unravel(x))
+    return {k: values[k] for k in weighted.latent_example}
+
+
+def _invariance_terms(
+    weighted: WeightedModel, data: Mapping[str, Array]
+) -> Callable[[Mapping[str, np.ndarray]], np.ndarray]:
+    """{site: (S, ...)} constrained values → (S, M + 1): the prior's log density and each point's
+    log-likelihood (:meth:`~bayes_recon.weighting.WeightedModel.constrained_terms`). Constrained: a
+    relabelling need not keep the Jacobian of NumPyro's unconstraining (a simplex's stick-breaking)."""
+    terms = jax.jit(jax.vmap(lambda values: weighted.constrained_terms(values, data)))
+    return lambda values: np.asarray(terms({k: jnp.asarray(v) for k, v in values.items()}))
+
+
+def _candidates(names: list[str], flips: list[str]) -> list[tuple[list[str], list[str]]]:
+    """Sets of sites to swap and unit-interval scalars to flip, the largest first."""
+
+    def subsets(items: list[str]) -> list[list[str]]:
+        if len(items) > MOST_CANDIDATE_SITES:
+            return [items]
+        return [list(c) for r in range(len(items), -1, -1) for c in itertools.combinations(items, r)]
+
+    pairs = [(chosen, flipped) for chosen in subsets(names) if chosen for flipped in subsets(flips)]
+    return sorted(pairs, key=lambda pair: -(len(pair[0]) + len(pair[1])))
+
+
+def _swapped(
+    values: Mapping[str, np.ndarray], chosen: list[str], flipped: list[str], i: int
+) -> dict[str, np.ndarray]:
+    """The values with components i and i + 1 of every chosen site exchanged (and the flipped as 1 − θ)."""
+    moved = dict(values)
+    for name in chosen:
+        v = np.array(values[name])
+        v[..., [i, i + 1]] = v[..., [i + 1, i]]
+        moved[name] = v
+    for name in flipped:
+        moved[name] = 1.0 - values[name]
+    return moved
+
+
+def _unchanged(before: np.ndarray, after: np.ndarray) -> bool:
+    return bool(np.all(np.abs(after - before) <= INVARIANCE_TOLERANCE * (1.0 + np.abs(before))))
+
+
+def _separation(v: np.ndarray, k: int) -> float:
+    """How far apart a site's components lie within a draw, against their spread over all draws."""
+    components = v.reshape(len(v), -1, k)[:, 0, :]
+    return float(np.mean(np.std(components, axis=1)) / (np.std(components) + 1e-300))

@@ -1,0 +1,131 @@
+"""Label switching: which models have exchangeable components, and the self-check of a switching release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import Predictive
+from row_models import nuts
+
+from bayes_recon.divergence import Coordinates
+from bayes_recon.modelcheck import prepare_release
+from bayes_recon.reconstruct import AttackSetup
+from bayes_recon.relabel import Relabelling, constrained_values, find_relabelling, relabel
+from bayes_recon.selfcheck import SelfCheckConfig, round_trip
+
+
+def two_components(y=None):  # posteriordb's low_dim_gauss_mix_collapse: nothing orders the components
+    mu = numpyro.sample("mu", dist.Normal(0, 2).expand([2]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
+    theta = numpyro.sample("theta", dist.Beta(5, 5))
+    mix = dist.MixtureSameFamily(dist.Categorical(jnp.stack([theta, 1 - theta])), dist.Normal(mu, sigma))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", mix, obs=y)
+
+
+def ordered_components(y=None):  # the same with ordered means: one labelling only
+    ordered = dist.TransformedDistribution(dist.Normal(0, 2).expand([2]), dist.transforms.OrderedTransform())
+    mu = numpyro.sample("mu", ordered)
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2).expand([2]).to_event(1))
+    theta = numpyro.sample("theta", dist.Beta(5, 5))
+    mix = dist.MixtureSameFamily(dist.Categorical(jnp.stack([theta, 1 - theta])), dist.Normal(mu, sigma))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", mix, obs=y)
+
+
+def three_components(y=None):  # weights on the simplex, whose unconstrained coordinates are not its entries
+    weights = numpyro.sample("weights", dist.Dirichlet(jnp.ones(3)))
+    mu = numpyro.sample("mu", dist.Normal(0, 5).expand([3]).to_event(1))
+    s = numpyro.sample("s", dist.HalfNormal(2).expand([3]).to_event(1))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", dist.MixtureSameFamily(dist.Categorical(weights), dist.Normal(mu, s)), obs=y)
+
+
+def exchangeable_prior(x, y=None):  # a regression whose two coefficients have one prior: no symmetry
+    beta = numpyro.sample("beta", dist.Normal(0, 10).expand([2]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Normal(beta[0] + beta[1] * x, 1.0), obs=y)
+
+
+def prior_draws(model, **data) -> tuple[Any, np.ndarray]:
+    """The model's weighted form and 50 prior draws in its flat unconstrained coordinates."""
+    draws = Predictive(model, num_samples=50)(jax.random.PRNGKey(0), **data)
+    release = prepare_release(model, {k: v for k, v in draws.items() if k != "y"}, list(data))
+    return release.weighted_model, np.asarray(release.theta)
+
+
+Y = jnp.asarray(np.random.default_rng(0).normal(size=30))
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "found"),
+    [
+        (two_components, {"y": Y}, Relabelling(("mu", "sigma"), ("theta",), "mu", 2)),
+        (three_components, {"y": Y}, Relabelling(("weights", "mu", "s"), (), "mu", 3)),
+        (ordered_components, {"y": Y}, None),
+        (exchangeable_prior, {"x": Y, "y": Y}, None),
+    ],
+)
+def test_exchangeable_components_are_found_and_nothing_else(model, data, found):
+    weighted, theta = prior_draws(model, **data)
+    relabelling = find_relabelling(weighted, data, theta)
+    if found is None:
+        assert relabelling is None
+    else:  # its key, on draws from the prior where every site's components are alike, could be any site
+        assert set(relabelling.sites) == set(found.sites) and relabelling.flipped == found.flipped
+        assert relabelling.components == found.components and relabelling.key in found.sites
+
+
+def test_relabelled_draws_are_one_order_of_the_same_components():
+    """Relabelling a draw and its components swapped gives the same draw, sorted by the key; the constrained
+    log density (prior and every point's likelihood) is unchanged."""
+    weighted, theta = prior_draws(three_components, y=Y)
+    data = {"y": Y}
+    by_mu = find_relabelling(weighted, data, theta)._replace(key="mu")
+    swapped = relabel(weighted, data, by_mu._replace(key="s"), theta)  # another order first
+    once, again = (relabel(weighted, data, by_mu, t) for t in (theta, swapped))
+    np.testing.assert_allclose(again, once, atol=1e-9)
+    mu = np.stack([np.asarray(weighted.unravel(jnp.asarray(t))["mu"]) for t in once])
+    assert np.all(np.diff(mu, axis=1) >= 0)
+
+    def terms(flat: np.ndarray) -> np.ndarray:
+        values = constrained_values(weighted, data, flat)
+        return np.asarray(jax.vmap(lambda v: weighted.constrained_terms(v, data))(values))
+
+    np.testing.assert_allclose(terms(once), terms(theta), rtol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def switching_release():
+    """Two components well apart, 120 points; the release's chain switches labels halfway (its second half
+    the same draws with the components swapped), as a chain crossing between the copies of a mode does."""
+    rng = np.random.default_rng(4)
+    y = np.where(rng.uniform(size=120) < 0.4, -2.0, 2.0) + rng.normal(size=120)
+    draws = nuts(two_components, y=y)
+    half = len(draws["theta"]) // 2
+    switched = {
+        "mu": np.concatenate([draws["mu"][:half], draws["mu"][half:, ::-1]]),
+        "sigma": np.concatenate([draws["sigma"][:half], draws["sigma"][half:, ::-1]]),
+        "theta": np.concatenate([draws["theta"][:half], 1 - draws["theta"][half:]]),
+    }
+    release = prepare_release(two_components, switched, ["y"])
+    theta = jnp.asarray(release.theta)
+    coordinates = Coordinates.standardised(theta)
+    setup = AttackSetup(release.weighted_model, None, coordinates, coordinates.to_attack(theta))
+    return setup, jnp.asarray(y)
+
+
+def test_a_release_that_switches_labels_is_reproduced_by_its_data_and_not_by_half_of_it(switching_release):
+    setup, y = switching_release
+    truth = round_trip(setup, {"y": y}, np.ones(120))
+    assert truth.reproduces, truth.reasons
+    assert "compared in the order of mu" in truth.summary()
+    as_labelled = round_trip(setup, {"y": y}, np.ones(120), SelfCheckConfig(relabel=False))
+    assert not as_labelled.reproduces  # the check's chain keeps one labelling, the release has both
+    assert not round_trip(setup, {"y": y}, np.full(120, 0.5)).reproduces
