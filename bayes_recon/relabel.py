@@ -19,7 +19,7 @@ means, a regression's coefficients) is compared as it is.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import NamedTuple
 
@@ -61,30 +61,20 @@ def find_relabelling(
     weighted: WeightedModel, data: Mapping[str, Array], theta: np.ndarray
 ) -> Relabelling | None:
     """The largest relabelling symmetry of the prior and of the likelihood of every point of ``data`` (see the
-    module's docstring), or None; ``theta`` (S, d): draws in the model's flat unconstrained coordinates."""
+    module's docstring), or None; ``theta`` (S, d): draws in the model's flat unconstrained coordinates.
+    Most models stop before anything is compiled: no latent site has a last axis of two or more entries."""
+    shapes, unit = _latent_sites(weighted, data, jnp.asarray(theta[0]))
     by_length: dict[int, list[str]] = {}
-    shapes = jax.eval_shape(partial(_constrained_draw, weighted, data), jnp.asarray(theta[0]))
-    for name, shape in shapes.items():  # traced, not compiled: most models stop here
-        if len(shape.shape) >= 1 and shape.shape[-1] >= 2:
-            by_length.setdefault(shape.shape[-1], []).append(name)
-    if not by_length:
-        return None
+    for name, shape in shapes.items():
+        if len(shape) >= 1 and shape[-1] >= 2:
+            by_length.setdefault(shape[-1], []).append(name)
     probe = np.asarray(theta)[np.linspace(0, len(theta) - 1, min(PROBE_DRAWS, len(theta))).astype(int)]
-    values = constrained_values(weighted, data, probe)
-    trace = handlers.trace(handlers.substitute(weighted.model, {k: v[0] for k, v in values.items()}))
-    sites = trace.get_trace(**weighted._kwargs(data))
-    unit = [
-        name
-        for name, v in values.items()
-        if v.ndim == 1 and isinstance(sites[name]["fn"].support, type(constraints.unit_interval))
-    ]
-    density = _invariance_terms(weighted, data)
-    before = density(values)
     for k, names in sorted(by_length.items()):
         flips = unit if k == 2 else []
-        for chosen, flipped in _candidates(names, flips):
-            moved = [_swapped(values, chosen, flipped, i) for i in range(k - 1)]
-            if all(_unchanged(before, density(m)) for m in moved):
+        candidates = _candidates(names, flips)
+        values, unchanged = _test_swaps(weighted, data, probe, k, names, flips, candidates)
+        for (chosen, flipped), symmetric in zip(candidates, unchanged, strict=True):
+            if symmetric:
                 key = max(chosen, key=lambda name: _separation(values[name], k))
                 return Relabelling(tuple(chosen), tuple(flipped), key, k)
     return None
@@ -121,14 +111,25 @@ def _constrained_draw(weighted: WeightedModel, data: Mapping[str, Array], x: Arr
     return {k: values[k] for k in weighted.latent_example}
 
 
-def _invariance_terms(
-    weighted: WeightedModel, data: Mapping[str, Array]
-) -> Callable[[Mapping[str, np.ndarray]], np.ndarray]:
-    """{site: (S, ...)} constrained values → (S, M + 1): the prior's log density and each point's
-    log-likelihood (:meth:`~bayes_recon.weighting.WeightedModel.constrained_terms`). Constrained: a
-    relabelling need not keep the Jacobian of NumPyro's unconstraining (a simplex's stick-breaking)."""
-    terms = jax.jit(jax.vmap(lambda values: weighted.constrained_terms(values, data)))
-    return lambda values: np.asarray(terms({k: jnp.asarray(v) for k, v in values.items()}))
+def _latent_sites(
+    weighted: WeightedModel, data: Mapping[str, Array], x: Array
+) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """Every latent site's constrained shape, and the scalars on the unit interval (traced, not compiled)."""
+    unit: list[str] = []
+
+    def shapes(x: Array) -> dict[str, Array]:
+        values = _constrained_draw(weighted, data, x)
+        trace = handlers.trace(handlers.substitute(weighted.model, values)).get_trace(
+            **weighted._kwargs(data)
+        )
+        unit.extend(
+            name
+            for name, v in values.items()
+            if v.ndim == 0 and isinstance(trace[name]["fn"].support, type(constraints.unit_interval))
+        )
+        return values
+
+    return {k: v.shape for k, v in jax.eval_shape(shapes, x).items()}, unit
 
 
 def _candidates(names: list[str], flips: list[str]) -> list[tuple[list[str], list[str]]]:
@@ -143,22 +144,46 @@ def _candidates(names: list[str], flips: list[str]) -> list[tuple[list[str], lis
     return sorted(pairs, key=lambda pair: -(len(pair[0]) + len(pair[1])))
 
 
-def _swapped(
-    values: Mapping[str, np.ndarray], chosen: list[str], flipped: list[str], i: int
-) -> dict[str, np.ndarray]:
-    """The values with components i and i + 1 of every chosen site exchanged (and the flipped as 1 − θ)."""
-    moved = dict(values)
-    for name in chosen:
-        v = np.array(values[name])
-        v[..., [i, i + 1]] = v[..., [i + 1, i]]
-        moved[name] = v
-    for name in flipped:
-        moved[name] = 1.0 - values[name]
-    return moved
+def _test_swaps(
+    weighted: WeightedModel,
+    data: Mapping[str, Array],
+    probe: np.ndarray,
+    k: int,
+    names: list[str],
+    flips: list[str],
+    candidates: list[tuple[list[str], list[str]]],
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The probe draws' constrained values, and for each candidate whether swapping components i and i + 1
+    (every i) of its sites, and flipping its scalars, leaves the prior and every point's log-likelihood
+    (:meth:`~bayes_recon.weighting.WeightedModel.constrained_terms`) as they are at every probe draw. One
+    program for all candidates (masks over ``names`` and ``flips``), taken one at a time. Constrained: a
+    relabelling need not keep the Jacobian of NumPyro's unconstraining (a simplex's stick-breaking)."""
+    chosen = np.array([[name in c for name in names] for c, _ in candidates])
+    flipped = np.array([[name in f for name in flips] for _, f in candidates]).reshape(len(candidates), -1)
+    swaps = np.array([np.r_[np.arange(i), i + 1, i, np.arange(i + 2, k)] for i in range(k - 1)])
 
+    @jax.jit
+    def program(x: Array, chosen: Array, flipped: Array) -> tuple[dict[str, Array], Array]:
+        values = jax.vmap(partial(_constrained_draw, weighted, data))(x)
+        terms = jax.vmap(lambda v: weighted.constrained_terms(v, data))
+        before = terms(values)
 
-def _unchanged(before: np.ndarray, after: np.ndarray) -> bool:
-    return bool(np.all(np.abs(after - before) <= INVARIANCE_TOLERANCE * (1.0 + np.abs(before))))
+        def unchanged(masks: tuple[Array, Array]) -> Array:
+            def after(order: Array) -> Array:
+                moved = dict(values)
+                for j, name in enumerate(names):
+                    moved[name] = jnp.where(masks[0][j], values[name][..., order], values[name])
+                for j, name in enumerate(flips):
+                    moved[name] = jnp.where(masks[1][j], 1.0 - values[name], values[name])
+                return terms(moved)
+
+            moved = jax.vmap(after)(jnp.asarray(swaps))
+            return jnp.all(jnp.abs(moved - before) <= INVARIANCE_TOLERANCE * (1.0 + jnp.abs(before)))
+
+        return values, jax.lax.map(unchanged, (chosen, flipped))
+
+    values, unchanged = program(jnp.asarray(probe), jnp.asarray(chosen), jnp.asarray(flipped))
+    return {k: np.asarray(v) for k, v in values.items()}, np.asarray(unchanged)
 
 
 def _separation(v: np.ndarray, k: int) -> float:

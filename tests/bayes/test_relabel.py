@@ -10,7 +10,6 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
-from numpyro.infer import Predictive
 from row_models import nuts
 
 from bayes_recon.divergence import Coordinates
@@ -53,10 +52,25 @@ def exchangeable_prior(x, y=None):  # a regression whose two coefficients have o
         numpyro.sample("y", dist.Normal(beta[0] + beta[1] * x, 1.0), obs=y)
 
 
-def prior_draws(model, **data) -> tuple[Any, np.ndarray]:
-    """The model's weighted form and 50 prior draws in its flat unconstrained coordinates."""
-    draws = Predictive(model, num_samples=50)(jax.random.PRNGKey(0), **data)
-    release = prepare_release(model, {k: v for k, v in draws.items() if k != "y"}, list(data))
+def random_draws(model, **data) -> tuple[Any, np.ndarray]:
+    """The model's weighted form and 50 random draws of its latent sites (only their supports matter here),
+    in its flat unconstrained coordinates."""
+    rng = np.random.default_rng(0)
+    sites = {
+        two_components: {"mu": (2,), "sigma": (2,), "theta": ()},
+        ordered_components: {"mu": (2,), "sigma": (2,), "theta": ()},
+        three_components: {"weights": (3,), "mu": (3,), "s": (3,)},
+        exchangeable_prior: {"beta": (2,)},
+    }[model]
+    draws = {name: rng.normal(size=(50, *shape)) for name, shape in sites.items()}
+    draws |= {k: np.abs(draws[k]) for k in ("sigma", "s") if k in draws}
+    if "theta" in draws:
+        draws["theta"] = rng.uniform(size=50)
+    if "weights" in draws:
+        draws["weights"] = rng.dirichlet(np.ones(3), 50)
+    if model is ordered_components:
+        draws["mu"] = np.sort(draws["mu"], axis=1)
+    release = prepare_release(model, draws, list(data))
     return release.weighted_model, np.asarray(release.theta)
 
 
@@ -73,11 +87,11 @@ Y = jnp.asarray(np.random.default_rng(0).normal(size=30))
     ],
 )
 def test_exchangeable_components_are_found_and_nothing_else(model, data, found):
-    weighted, theta = prior_draws(model, **data)
+    weighted, theta = random_draws(model, **data)
     relabelling = find_relabelling(weighted, data, theta)
     if found is None:
         assert relabelling is None
-    else:  # its key, on draws from the prior where every site's components are alike, could be any site
+    else:  # its key, on random draws where every site's components are alike, could be any site
         assert set(relabelling.sites) == set(found.sites) and relabelling.flipped == found.flipped
         assert relabelling.components == found.components and relabelling.key in found.sites
 
@@ -85,7 +99,7 @@ def test_exchangeable_components_are_found_and_nothing_else(model, data, found):
 def test_relabelled_draws_are_one_order_of_the_same_components():
     """Relabelling a draw and its components swapped gives the same draw, sorted by the key; the constrained
     log density (prior and every point's likelihood) is unchanged."""
-    weighted, theta = prior_draws(three_components, y=Y)
+    weighted, theta = random_draws(three_components, y=Y)
     data = {"y": Y}
     by_mu = find_relabelling(weighted, data, theta)._replace(key="mu")
     swapped = relabel(weighted, data, by_mu._replace(key="s"), theta)  # another order first
