@@ -13,7 +13,9 @@ K ≥ 2 entries are the candidates; with K = 2, a scalar on the unit interval ma
 mixture's weight, relabelled as 1 − θ. A candidate is a symmetry if swapping components i and i + 1
 (every i) leaves the prior density and every pseudo-point's log-likelihood unchanged, in constrained
 coordinates, at several draws. The largest such set of sites is taken. A model without one (ordered
-means, a regression's coefficients) is compared as it is.
+means, a regression's coefficients) is compared as it is. The symmetry is the pseudo-data's posterior's:
+pseudo-data too degenerate to break one the true data break (a constant column) would have both samples
+ordered, and the comparison lose power, not validity.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from bayes_recon.weighting import WeightedModel
 Array = jax.Array
 
 PROBE_DRAWS = 20  # released draws at which a candidate symmetry must hold
-MOST_CANDIDATE_SITES = 6  # more sites of one K (or unit-interval scalars): only all of them are tried
+MOST_CANDIDATE_SITES = 6  # more sites of one K (or unit-interval scalars): only all or none are tried
 INVARIANCE_TOLERANCE = 1e-8  # relative change of a log density that counts as none (rounding, in float64)
 
 
@@ -62,7 +64,10 @@ def find_relabelling(
 ) -> Relabelling | None:
     """The largest relabelling symmetry of the prior and of the likelihood of every point of ``data`` (see the
     module's docstring), or None; ``theta`` (S, d): draws in the model's flat unconstrained coordinates.
-    Most models stop before anything is compiled: no latent site has a last axis of two or more entries."""
+    A model without a latent site of two or more entries on its last axis stops before anything is
+    compiled. The pseudo-data are traced arguments, never constants: a distribution whose parameters
+    they set is not validated (and refused) as it is built."""
+    data = {k: jnp.asarray(v) for k, v in data.items()}
     shapes, unit = _latent_sites(weighted, data, jnp.asarray(theta[0]))
     by_length: dict[int, list[str]] = {}
     for name, shape in shapes.items():
@@ -92,9 +97,8 @@ def relabel(
         v = values[name]
         index = order.reshape((len(theta),) + (1,) * (v.ndim - 2) + (k,))
         values[name] = np.take_along_axis(v, np.broadcast_to(index, v.shape), axis=-1)
-    swapped = order[:, 0] == 1  # K = 2: the draws whose labels were exchanged
-    for name in relabelling.flipped:
-        values[name] = np.where(swapped, 1.0 - values[name], values[name])
+    for name in relabelling.flipped:  # K = 2: where the labels were exchanged, the weight is the other's
+        values[name] = np.where(order[:, 0] == 1, 1.0 - values[name], values[name])
     return weighted.to_unconstrained(values, data)
 
 
@@ -102,8 +106,8 @@ def constrained_values(
     weighted: WeightedModel, data: Mapping[str, Array], theta: np.ndarray
 ) -> dict[str, np.ndarray]:
     """The latent sites' constrained values at each flat unconstrained draw, {site: (S, ...)}."""
-    each = jax.jit(jax.vmap(partial(_constrained_draw, weighted, data)))
-    return {k: np.asarray(v) for k, v in each(jnp.asarray(theta)).items()}
+    each = jax.jit(jax.vmap(partial(_constrained_draw, weighted), (None, 0)))
+    return {k: np.asarray(v) for k, v in each(dict(data), jnp.asarray(theta)).items()}
 
 
 def _constrained_draw(weighted: WeightedModel, data: Mapping[str, Array], x: Array) -> dict[str, Array]:
@@ -115,21 +119,22 @@ def _latent_sites(
     weighted: WeightedModel, data: Mapping[str, Array], x: Array
 ) -> tuple[dict[str, tuple[int, ...]], list[str]]:
     """Every latent site's constrained shape, and the scalars on the unit interval (traced, not compiled)."""
-    unit: list[str] = []
+    supports: dict[str, constraints.Constraint] = {}
 
-    def shapes(x: Array) -> dict[str, Array]:
+    def shapes(data: Mapping[str, Array], x: Array) -> dict[str, Array]:
         values = _constrained_draw(weighted, data, x)
-        trace = handlers.trace(handlers.substitute(weighted.model, values)).get_trace(
-            **weighted._kwargs(data)
-        )
-        unit.extend(
-            name
-            for name, v in values.items()
-            if v.ndim == 0 and isinstance(trace[name]["fn"].support, type(constraints.unit_interval))
-        )
+        run = handlers.trace(handlers.substitute(weighted.model, values))
+        trace = run.get_trace(**weighted._kwargs(data))
+        supports.update({k: site["fn"].support for k, site in trace.items() if site["type"] == "sample"})
         return values
 
-    return {k: v.shape for k, v in jax.eval_shape(shapes, x).items()}, unit
+    found = jax.eval_shape(shapes, dict(data), x)
+    unit = [
+        k
+        for k, v in found.items()
+        if v.ndim == 0 and isinstance(supports[k], type(constraints.unit_interval))
+    ]
+    return {k: v.shape for k, v in found.items()}, unit
 
 
 def _candidates(names: list[str], flips: list[str]) -> list[tuple[list[str], list[str]]]:
@@ -137,7 +142,7 @@ def _candidates(names: list[str], flips: list[str]) -> list[tuple[list[str], lis
 
     def subsets(items: list[str]) -> list[list[str]]:
         if len(items) > MOST_CANDIDATE_SITES:
-            return [items]
+            return [items, []]
         return [list(c) for r in range(len(items), -1, -1) for c in itertools.combinations(items, r)]
 
     pairs = [(chosen, flipped) for chosen in subsets(names) if chosen for flipped in subsets(flips)]
@@ -163,26 +168,28 @@ def _test_swaps(
     swaps = np.array([np.r_[np.arange(i), i + 1, i, np.arange(i + 2, k)] for i in range(k - 1)])
 
     @jax.jit
-    def program(x: Array, chosen: Array, flipped: Array) -> tuple[dict[str, Array], Array]:
+    def program(
+        data: Mapping[str, Array], x: Array, chosen: Array, flipped: Array
+    ) -> tuple[dict[str, Array], Array]:
         values = jax.vmap(partial(_constrained_draw, weighted, data))(x)
         terms = jax.vmap(lambda v: weighted.constrained_terms(v, data))
         before = terms(values)
 
         def unchanged(masks: tuple[Array, Array]) -> Array:
             def after(order: Array) -> Array:
-                moved = dict(values)
+                swapped = dict(values)
                 for j, name in enumerate(names):
-                    moved[name] = jnp.where(masks[0][j], values[name][..., order], values[name])
+                    swapped[name] = jnp.where(masks[0][j], values[name][..., order], values[name])
                 for j, name in enumerate(flips):
-                    moved[name] = jnp.where(masks[1][j], 1.0 - values[name], values[name])
-                return terms(moved)
+                    swapped[name] = jnp.where(masks[1][j], 1.0 - values[name], values[name])
+                return terms(swapped)
 
-            moved = jax.vmap(after)(jnp.asarray(swaps))
-            return jnp.all(jnp.abs(moved - before) <= INVARIANCE_TOLERANCE * (1.0 + jnp.abs(before)))
+            each = jax.vmap(after)(jnp.asarray(swaps))
+            return jnp.all(jnp.abs(each - before) <= INVARIANCE_TOLERANCE * (1.0 + jnp.abs(before)))
 
         return values, jax.lax.map(unchanged, (chosen, flipped))
 
-    values, unchanged = program(jnp.asarray(probe), jnp.asarray(chosen), jnp.asarray(flipped))
+    values, unchanged = program(dict(data), jnp.asarray(probe), jnp.asarray(chosen), jnp.asarray(flipped))
     return {k: np.asarray(v) for k, v in values.items()}, np.asarray(unchanged)
 
 

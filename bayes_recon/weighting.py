@@ -434,9 +434,10 @@ class WeightedModel:
     def to_unconstrained(self, draws: Mapping[str, np.ndarray], data: Mapping[str, Array]) -> np.ndarray:
         """Constrained draws {site: (S, ...)} to flat unconstrained vectors (S, dim)."""
 
-        def one(params: Mapping[str, Array]) -> Array:
+        def one(data: Mapping[str, Array], params: Mapping[str, Array]) -> Array:
             unc = unconstrain_fn(self.model, (), self._kwargs(data), dict(params))
             return ravel_pytree({k: unc[k] for k in self.latent_example})[0]
 
         ordered = {k: jnp.asarray(draws[k]) for k in self.latent_example}
-        return np.asarray(jax.jit(jax.vmap(one))(ordered))
+        data = {k: jnp.asarray(v) for k, v in data.items()}  # traced: not validated as constants
+        return np.asarray(jax.jit(jax.vmap(one, (None, 0)))(data, ordered))

@@ -115,31 +115,43 @@ def test_relabelled_draws_are_one_order_of_the_same_components():
     np.testing.assert_allclose(terms(once), terms(theta), rtol=1e-9)
 
 
+def release_of(draws: dict[str, np.ndarray]) -> AttackSetup:
+    release = prepare_release(two_components, draws, ["y"])
+    theta = jnp.asarray(release.theta)
+    coordinates = Coordinates.standardised(theta)
+    return AttackSetup(release.weighted_model, None, coordinates, coordinates.to_attack(theta))
+
+
+def swapped(draws: dict[str, np.ndarray], rows: slice) -> dict[str, np.ndarray]:
+    """The draws with their two components exchanged in ``rows``."""
+    out = {k: np.array(v) for k, v in draws.items()}
+    out["mu"][rows], out["sigma"][rows] = draws["mu"][rows, ::-1], draws["sigma"][rows, ::-1]
+    out["theta"][rows] = 1 - draws["theta"][rows]
+    return out
+
+
 @pytest.fixture(scope="module")
-def switching_release():
-    """Two components well apart, 120 points; the release's chain switches labels halfway (its second half
-    the same draws with the components swapped), as a chain crossing between the copies of a mode does."""
+def two_releases():
+    """Two components well apart, 120 points. One release's chain switches labels halfway (its second half
+    the same draws with the components swapped), as a chain crossing between the copies of a mode does;
+    the other never switches, and holds only the copy that ordering by mu does not give."""
     rng = np.random.default_rng(4)
     y = np.where(rng.uniform(size=120) < 0.4, -2.0, 2.0) + rng.normal(size=120)
     draws = nuts(two_components, y=y)
+    increasing = draws["mu"][:, 0] < draws["mu"][:, 1]
+    assert increasing.all() or not increasing.any()  # the chain kept one labelling
     half = len(draws["theta"]) // 2
-    switched = {
-        "mu": np.concatenate([draws["mu"][:half], draws["mu"][half:, ::-1]]),
-        "sigma": np.concatenate([draws["sigma"][:half], draws["sigma"][half:, ::-1]]),
-        "theta": np.concatenate([draws["theta"][:half], 1 - draws["theta"][half:]]),
-    }
-    release = prepare_release(two_components, switched, ["y"])
-    theta = jnp.asarray(release.theta)
-    coordinates = Coordinates.standardised(theta)
-    setup = AttackSetup(release.weighted_model, None, coordinates, coordinates.to_attack(theta))
-    return setup, jnp.asarray(y)
+    stuck = swapped(draws, slice(None)) if increasing.all() else draws
+    return release_of(swapped(draws, slice(half, None))), release_of(stuck), jnp.asarray(y)
 
 
-def test_a_release_that_switches_labels_is_reproduced_by_its_data_and_not_by_half_of_it(switching_release):
-    setup, y = switching_release
-    truth = round_trip(setup, {"y": y}, np.ones(120))
+def test_a_release_that_switches_labels_is_reproduced_by_its_data_and_not_by_half_of_it(two_releases):
+    switching, stuck, y = two_releases
+    truth = round_trip(switching, {"y": y}, np.ones(120))
     assert truth.reproduces, truth.reasons
     assert "compared in the order of mu" in truth.summary()
-    as_labelled = round_trip(setup, {"y": y}, np.ones(120), SelfCheckConfig(relabel=False))
+    as_labelled = round_trip(switching, {"y": y}, np.ones(120), SelfCheckConfig(relabel=False))
     assert not as_labelled.reproduces  # the check's chain keeps one labelling, the release has both
-    assert not round_trip(setup, {"y": y}, np.full(120, 0.5)).reproduces
+    assert not round_trip(switching, {"y": y}, np.full(120, 0.5)).reproduces
+    # ordered, the stuck release lies outside its own range: the region holds both
+    assert round_trip(stuck, {"y": y}, np.ones(120)).reproduces
