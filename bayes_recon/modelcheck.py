@@ -27,7 +27,7 @@ from numpyro.infer.util import unconstrain_fn
 from bayes_recon import pseudo
 from bayes_recon.draws import as_draws, chains_flattened, check_draws
 from bayes_recon.precision import attack_numerics
-from bayes_recon.supports import check_covariates, column_supports
+from bayes_recon.supports import check_covariates, column_supports, constraint_named
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 
@@ -55,10 +55,11 @@ def prepare_release(
     draws: Any,
     free: Free,
     fixed: Mapping[str, Any] | None = None,
-    support: Mapping[str, Constraint] | None = None,
+    support: Mapping[str, Constraint | str] | None = None,
 ) -> Release:
     """Check the call and the draws against the model; take the free columns' supports from the model."""
-    fixed, draws, support = dict(fixed or {}), as_draws(draws), support or {}
+    fixed, draws = dict(fixed or {}), as_draws(draws)
+    support = {k: constraint_named(v) if isinstance(v, str) else v for k, v in (support or {}).items()}
     units: tuple[str, np.ndarray] | None = None
     shapes = free_shapes(free)
     check_free(model, list(shapes), fixed)

@@ -21,6 +21,8 @@ real-valued pseudo-column) is refused up front, naming the column and the fix.
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +39,16 @@ from numpyro.infer.initialization import init_to_uniform
 from bayes_recon import pseudo
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
+
+# constraints with parameters, by name as support={"x": "interval(0, 200)"} or --support x=interval(0,200)
+_PARAMETRISED = {
+    "interval": 2,
+    "integer_interval": 2,
+    "greater_than": 1,
+    "less_than": 1,
+    "integer_greater_than": 1,
+}
+_CALL = re.compile(r"^(?P<name>\w+)\((?P<args>[^()]*)\)$")
 
 
 class RowBoundedSupport(ReconError):
@@ -95,6 +107,40 @@ def observed_columns(
     return found
 
 
+def constraint_named(text: str) -> Constraint:
+    """A numpyro.distributions.constraints constraint by name: "positive", "interval(0, 200)" (``support=``
+    and ``--support`` take these)."""
+    call = _CALL.match(text.replace(" ", ""))
+    if call is not None and call["name"] in _PARAMETRISED:
+        arguments = [a for a in call["args"].split(",") if a]
+        if len(arguments) != _PARAMETRISED[call["name"]]:
+            raise ReconError(
+                f"support {text!r}: {call['name']} takes {_PARAMETRISED[call['name']]} number(s)"
+            )
+        try:
+            return getattr(constraints, call["name"])(*(float(a) for a in arguments))
+        except ValueError:
+            raise ReconError(f"support {text!r}: its bounds are not numbers") from None
+    named = getattr(constraints, text, None)
+    if _scalar(named):
+        return named
+    known = sorted(k for k, v in vars(constraints).items() if _scalar(v) and not k.startswith("_"))
+    close = difflib.get_close_matches(text, known + list(_PARAMETRISED), n=2)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    raise ReconError(
+        f"support: unknown constraint {text!r}.{hint} Known: {', '.join(known)}; with bounds: "
+        f"{', '.join(f'{k}(...)' for k in _PARAMETRISED)} (numpyro.distributions.constraints)"
+    )
+
+
+def _scalar(candidate: Any) -> bool:
+    """A constraint on one number at a time (not a simplex, not the placeholder ``dependent``)."""
+    try:
+        return isinstance(candidate, Constraint) and candidate.event_dim == 0
+    except NotImplementedError:  # dependent: its event_dim is not known statically
+        return False
+
+
 def column_supports(
     model: Callable,
     shapes: Mapping[str, tuple[int, ...]],
@@ -109,8 +155,8 @@ def column_supports(
         if not isinstance(support, Constraint):
             raise ReconError(
                 f"support= gives column {column!r} {support!r}, not a NumPyro constraint: pass one, such as "
-                "numpyro.distributions.constraints.positive (or on the command line --support "
-                f"{column}=positive)"
+                'numpyro.distributions.constraints.positive, or its name, "positive" (on the command line '
+                f"--support {column}=positive)"
             )
 
     def parametrised(column: str, support: Constraint, whose: str) -> Constraint:

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 
 from bayes_recon.draws import as_draws, group_stan_names
@@ -33,21 +32,13 @@ from bayes_recon.modelcheck import check_data_support, check_free, prepare_relea
 from bayes_recon.models import Entry
 from bayes_recon.pipeline import PosteriorProblem
 from bayes_recon.posteriordb import chains_to_draws, load_posterior
+from bayes_recon.supports import constraint_named
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
 
 DRAWS_SUFFIXES = (".nc", ".nc4", ".netcdf", ".zarr", ".csv", ".npz", ".json")
 DRAWS_FORMATS = ".nc (ArviZ netCDF), .zarr (ArviZ zarr), .csv (CmdStan), .npz (NumPy) or .json (posteriordb)"
 DATA_FORMATS = ".csv, .json (posteriordb's {column: list}) or .npz"
-# constraints with parameters, as --support COLUMN=interval(0,200)
-_PARAMETRISED = {
-    "interval": 2,
-    "integer_interval": 2,
-    "greater_than": 1,
-    "less_than": 1,
-    "integer_greater_than": 1,
-}
-_CALL = re.compile(r"^(?P<name>\w+)\((?P<args>[^()]*)\)$")
 _FREE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(:(?P<shape>[1-9][0-9]*(x[1-9][0-9]*)*))?$")
 
 
@@ -340,41 +331,8 @@ def parse_support(items: Sequence[str]) -> dict[str, Constraint]:
         column, equals, name = (s.strip() for s in item.partition("="))
         if not equals or not column or not name:
             raise ReconError(f"--support {item!r}: expected COLUMN=CONSTRAINT, e.g. --support y=positive")
-        out[column] = constraint(name)
+        out[column] = constraint_named(name)
     return out
-
-
-def constraint(text: str) -> Constraint:
-    """A numpyro.distributions.constraints constraint by name: "positive", "interval(0, 200)"."""
-    call = _CALL.match(text.replace(" ", ""))
-    if call is not None and call["name"] in _PARAMETRISED:
-        arguments = [a for a in call["args"].split(",") if a]
-        if len(arguments) != _PARAMETRISED[call["name"]]:
-            raise ReconError(
-                f"--support: {call['name']} takes {_PARAMETRISED[call['name']]} number(s), got {text!r}"
-            )
-        try:
-            return getattr(constraints, call["name"])(*(float(a) for a in arguments))
-        except ValueError:
-            raise ReconError(f"--support: the bounds of {text!r} are not numbers") from None
-    named = getattr(constraints, text, None)
-    if _scalar(named):
-        return named
-    known = sorted(k for k, v in vars(constraints).items() if _scalar(v) and not k.startswith("_"))
-    close = difflib.get_close_matches(text, known + list(_PARAMETRISED), n=2)
-    hint = f" Did you mean {' or '.join(close)}?" if close else ""
-    raise ReconError(
-        f"--support: unknown constraint {text!r}.{hint} Known: {', '.join(known)}; with bounds: "
-        f"{', '.join(f'{k}(...)' for k in _PARAMETRISED)} (numpyro.distributions.constraints)"
-    )
-
-
-def _scalar(candidate: Any) -> bool:
-    """A constraint on one number at a time (not a simplex, not the placeholder ``dependent``)."""
-    try:
-        return isinstance(candidate, Constraint) and candidate.event_dim == 0
-    except NotImplementedError:  # dependent: its event_dim is not known statically
-        return False
 
 
 def free_shapes_in_data(

@@ -12,6 +12,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from numpyro.distributions import constraints
+from row_models import attack_setup
 
 import bayes_recon as br
 from bayes_recon import pseudo
@@ -22,7 +23,7 @@ from bayes_recon.objective import point_information
 from bayes_recon.optimise import OptimiserConfig, minimise, newton_optimiser
 from bayes_recon.oracle import oracle_for
 from bayes_recon.posteriordb import load_posterior
-from bayes_recon.reconstruct import AttackSetup, _admissible, _best_of_round
+from bayes_recon.reconstruct import _admissible, _best_of_round
 from bayes_recon.weighting import WeightedModel
 
 KIDIQ = "kidiq-kidscore_momiq"
@@ -293,20 +294,14 @@ def test_model_kernel_mmd_is_the_fisher_divergence_between_weighted_posteriors(k
     draws = {k: jnp.asarray(v)[:300] for k, v in as_draws(posterior.draws).items()}
     model = WeightedModel(entry.model, entry.free, {}, {k: v[0] for k, v in draws.items()})
     theta = jnp.asarray(model.to_unconstrained(draws, data))
-    coordinates = Coordinates.standardised(theta)
-    setup = AttackSetup(
-        model,
-        pseudo.Layout({k: () for k in entry.free}, entry.support),
-        coordinates,
-        coordinates.to_attack(theta),
-    )
+    setup = attack_setup(model, theta, pseudo.Layout({k: () for k in entry.free}, entry.support))
     truth = br.WeightedMeasure.empirical({k: np.asarray(v) for k, v in data.items()})
     other = br.WeightedMeasure({"mom_iq": np.array([90.0, 110.0]), "kid_score": np.array([80.0, 95.0])},
                                np.array([200.0, 250.0]))  # fmt: skip
     mmd = truth.mmd(other, model_kernel(setup))
 
     def score(measure: br.WeightedMeasure, z: jax.Array) -> jax.Array:
-        log_q = coordinates.pull_back(
+        log_q = setup.coordinates.pull_back(
             lambda th: model.log_density(
                 th, {k: jnp.asarray(v) for k, v in measure.points.items()}, jnp.asarray(measure.weights)
             )

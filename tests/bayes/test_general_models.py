@@ -70,11 +70,15 @@ def test_responses_take_their_support_from_the_model():
     assert column_supports(binomial, shapes, {}, {"y": constraints.interval(0.0, 5.0)})["y"]
     with pytest.raises(br.ReconError, match=r"response 'y' is IntegerInterval.*values such as \[6\.0"):
         column_supports(binomial, shapes, {}, {"y": constraints.integer_interval(4, 7)})
-    # a constraint's name instead of the constraint was an AttributeError from deep inside
-    for word in ("positive", 3.0):
-        refused = rf"column 'x' {word!r}, not a NumPyro constraint.*--support x="
-        with pytest.raises(br.ReconError, match=refused):
-            column_supports(poisson_regression, shapes, {}, {"x": word})
+    # a number instead of the constraint was an AttributeError from deep inside; a name, as the command
+    # line takes it, is the constraint it names
+    with pytest.raises(br.ReconError, match=r"column 'x' 3.0, not a NumPyro constraint.*\"positive\""):
+        column_supports(poisson_regression, shapes, {}, {"x": 3.0})
+    draws = {"a": np.linspace(0, 1, 100), "b": np.linspace(1, 2, 100)}
+    named = prepare_release(poisson_regression, draws, ["x", "y"], support={"x": "interval(0, 200)"})
+    assert named.layout.support("x").upper_bound == 200.0
+    with pytest.raises(br.ReconError, match=r"unknown constraint 'postive'\. Did you mean positive"):
+        prepare_release(poisson_regression, draws, ["x", "y"], support={"x": "postive"})
 
     def trials_per_row(x, n, y=None):  # on real-valued trials the model fails: y was taken for real
         a = numpyro.sample("a", dist.Normal(0, 1))

@@ -10,9 +10,8 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
-from row_models import nuts
+from row_models import attack_setup, nuts
 
-from bayes_recon.divergence import Coordinates
 from bayes_recon.modelcheck import prepare_release
 from bayes_recon.reconstruct import AttackSetup
 from bayes_recon.relabel import Relabelling, constrained_values, find_relabelling, relabel
@@ -117,9 +116,7 @@ def test_relabelled_draws_are_one_order_of_the_same_components():
 
 def release_of(draws: dict[str, np.ndarray]) -> AttackSetup:
     release = prepare_release(two_components, draws, ["y"])
-    theta = jnp.asarray(release.theta)
-    coordinates = Coordinates.standardised(theta)
-    return AttackSetup(release.weighted_model, None, coordinates, coordinates.to_attack(theta))
+    return attack_setup(release.weighted_model, jnp.asarray(release.theta))
 
 
 def swapped(draws: dict[str, np.ndarray], rows: slice) -> dict[str, np.ndarray]:

@@ -11,12 +11,11 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC, NUTS
+from row_models import attack_setup
 
 import bayes_recon as br
-from bayes_recon.divergence import Coordinates
 from bayes_recon.models import lookup
 from bayes_recon.posteriordb import load_posterior
-from bayes_recon.reconstruct import AttackSetup
 from bayes_recon.selfcheck import SelfCheckConfig, _two_sample, round_trip
 from bayes_recon.weighting import WeightedModel
 
@@ -98,9 +97,7 @@ def small_release():
     mcmc.run(jax.random.PRNGKey(1), y=y)
     draws = mcmc.get_samples()
     model = WeightedModel(normal_model, ("y",), {}, {k: v[0] for k, v in draws.items()})
-    theta = jnp.asarray(model.to_unconstrained(draws, {"y": y}))
-    coordinates = Coordinates.standardised(theta)
-    return AttackSetup(model, None, coordinates, coordinates.to_attack(theta)), y
+    return attack_setup(model, jnp.asarray(model.to_unconstrained(draws, {"y": y}))), y
 
 
 def test_a_small_model_of_our_own_reproduces_its_nuts_draws_and_not_double_the_data(small_release):
