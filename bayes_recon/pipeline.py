@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
 from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
+from bayes_recon.supports import observed_columns
 from recon_core.errors import ReconError
 from recon_core.jsonio import jsonable
 from recon_core.measure import WeightedMeasure
@@ -42,17 +43,22 @@ class PosteriorAttack:
     truth: WeightedMeasure | None
     seed: int = 0
     database: Path | None = None
+    responses: tuple[str, ...] = ()  # the free columns that are an observed site's values
 
     @property
     def measure(self) -> WeightedMeasure:
         return self.reconstruction.measure
 
     def rows(self) -> list[dict[str, Any]]:
-        """Total mass against the true N, then the weighted mean and variance of every free column.
+        """Total mass against the true N, the weighted mean and variance of every free column, then every
+        response's sum and its sums of products with each column, Σ y and Σ y·x: where N and the means
+        are left open (a Poisson or logistic regression), these, which a canonical link's likelihood
+        sees, may still leak.
 
-        Each row: ``statistic`` ("N (total mass)", "mean", "var"), ``column`` (``name`` or
-        ``name[i]`` for a flattened multi-dimensional column; None for the mass), ``recovered``,
-        ``true`` and ``relative_error`` (|recovered − true| / |true|; None without truth).
+        Each row: ``statistic`` ("N (total mass)", "mean", "var", "sum"), ``column`` (``name`` or
+        ``name[i]`` for a flattened multi-dimensional column, ``y·x`` for a product; None for the mass),
+        ``recovered``, ``true`` and ``relative_error`` (|recovered − true| / |true|, for a sum over the
+        true Σ_i |f(x_i)|, which is |true| where f keeps one sign; None without truth).
         """
         measure = self.measure
         true_n = None if self.truth is None else self.truth.total_mass()
@@ -70,6 +76,25 @@ class PosteriorAttack:
                 rows.append(_row("mean", label, rm, tm))
             for label, rv, tv in zip(labels, recovered_var, true_var, strict=True):
                 rows.append(_row("var", label, rv, tv))
+        return rows + self._sum_rows()
+
+    def _sum_rows(self) -> list[dict[str, Any]]:
+        recovered = _columns(self.measure, self.entry.free)
+        true = None if self.truth is None else _columns(self.truth, self.entry.free)
+        responses = [label for label in recovered if label.partition("[")[0] in self.responses]
+        rows, done = [], set()
+        for response in responses:
+            for other in [None, *recovered]:
+                if frozenset((response, other)) in done:
+                    continue  # y·z taken as z·y already
+                done.add(frozenset((response, other)))
+                label = response if other is None else f"{response}·{other}"
+                found = self.measure.weights @ _product(recovered, response, other)
+                if true is None:
+                    rows.append(_row("sum", label, found, None))
+                else:
+                    values = _product(true, response, other)
+                    rows.append(_row("sum", label, found, self.truth.weights @ values, np.abs(values).sum()))
         return rows
 
     def relative_mmd(self, max_draws: int = 1000) -> float | None:
@@ -190,7 +215,12 @@ def attack_posterior(
         # scored as the attack weighs it: a point a unit of trials or exposure
         values = problem.fixed[units["column"]]
         truth = WeightedMeasure(*rows_as_units(truth.points, values, units), truth.meta)
-    return PosteriorAttack(problem.name, problem.entry, reconstruction, truth, seed, problem.database)
+    setup = reconstruction.setup
+    weighted = setup.weighted_model  # the model as the attack runs it (a row count in fixed follows the rows)
+    responses = observed_columns(weighted.model, setup.layout.shapes, weighted.fixed, setup.layout.supports)
+    return PosteriorAttack(
+        problem.name, problem.entry, reconstruction, truth, seed, problem.database, tuple(responses)
+    )
 
 
 def check_memory(problem: PosteriorProblem, n_points: int, config: ReconConfig) -> None:
@@ -234,12 +264,16 @@ def _check_arguments(n_points: Any, seed: Any, config: ReconConfig | None) -> Re
     return config  # ReconConfig checks its own fields
 
 
-def _row(statistic: str, column: str | None, recovered: float, true: float | None) -> dict[str, Any]:
+def _row(
+    statistic: str, column: str | None, recovered: float, true: float | None, scale: float | None = None
+) -> dict[str, Any]:
+    """A table row; its relative error is over ``scale``, by default |true|."""
     recovered = float(recovered)
     true = None if true is None else float(true)
+    scale = None if true is None else abs(true) if scale is None else scale
     error = None
-    if true is not None and true != 0 and math.isfinite(true):
-        error = abs(recovered - true) / abs(true)
+    if scale and math.isfinite(scale):
+        error = abs(recovered - true) / scale
     return {
         "statistic": statistic,
         "column": column,
@@ -251,3 +285,18 @@ def _row(statistic: str, column: str | None, recovered: float, true: float | Non
 
 def _flat(values: Any) -> list[float]:
     return [float(v) for v in np.asarray(values, dtype=float).reshape(-1)]
+
+
+def _product(columns: dict[str, np.ndarray], first: str, second: str | None) -> np.ndarray:
+    """The values of ``first`` per point, times those of ``second`` (if any)."""
+    return columns[first] * (1.0 if second is None else columns[second])
+
+
+def _columns(measure: WeightedMeasure, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Every free column's values per point, a multi-dimensional one flattened into ``name[i]``."""
+    out = {}
+    for name in names:
+        values = np.asarray(measure.points[name], dtype=float).reshape(len(measure), -1)
+        labels = [name] if values.shape[1] == 1 else [f"{name}[{i}]" for i in range(values.shape[1])]
+        out |= {label: values[:, i] for i, label in enumerate(labels)}
+    return out

@@ -99,6 +99,8 @@ def fake_reconstruct(monkeypatch):
             passed_over=lambda: 0, rescued=lambda: 0,
             bootstrap={"objective": np.array([-1.4, -1.6])}, bootstrap_spread=lambda: {"total_mass": 0.02},
             standard_errors={"total_mass": 0.02}, unseen_mass=0.0,
+            setup=SimpleNamespace(weighted_model=SimpleNamespace(model=model, fixed=fixed or {}),
+                                  layout=SimpleNamespace(shapes=free, supports=support or {})),
         )  # fmt: skip
 
     monkeypatch.setattr(pipeline, "reconstruct", reconstruct)

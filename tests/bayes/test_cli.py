@@ -64,7 +64,9 @@ def test_reconstruct_prints_table_and_writes_json_and_measure(tmp_path, capsys, 
     assert summary["posterior"] == "kidiq-kidscore_momiq"
     assert (summary["points"], summary["seed"], summary["true_n"]) == (5, 7, TRUE_N)
     assert summary["objective"] == -1.5 and summary["config"]["steps"] == 3
-    assert [r["statistic"] for r in summary["rows"]] == ["N (total mass)", "mean", "var", "mean", "var"]
+    assert [(r["statistic"], r["column"]) for r in summary["rows"]][5:] == [
+        ("sum", "kid_score"), ("sum", "kid_score·mom_iq"), ("sum", "kid_score·kid_score")
+    ]  # fmt: skip
     mass = summary["rows"][0]
     assert mass["recovered"] == pytest.approx(TRUE_N) and mass["relative_error"] == pytest.approx(
         0, abs=1e-12
@@ -114,6 +116,25 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     assert "--refine-rounds 8" in cli.describe_remedies(unfinished, 4)
     assert "--steps" not in cli.describe_remedies(unfinished, 4)
     assert "all 4 Frank–Wolfe rounds ran" in cli.describe_convergence(unfinished)
+
+
+def test_rows_add_each_responses_sums_with_every_column_scored_free_of_its_sign():
+    """Σ y, Σ y·x and Σ y·y for a response y (a Poisson GLM's Σ y and Σ x·y may be pinned where N is not),
+    each error over the truth's Σ |f(x_i)|: Σ y·x with x of both signs has a true value near 0."""
+    truth = WeightedMeasure({"x": np.array([-1.0, 1.0, 2.0]), "y": np.array([1.0, 2.0, 0.0])}, np.ones(3))
+    found = WeightedMeasure({"x": np.array([-1.0, 1.5]), "y": np.array([1.0, 2.0])}, np.array([1.0, 0.5]))
+    recon = SimpleNamespace(measure=found)
+    attack = pipeline.PosteriorAttack("toy", SimpleNamespace(free=("x", "y")), recon, truth, responses=("y",))
+    sums = {r["column"]: r for r in attack.rows() if r["statistic"] == "sum"}
+    assert list(sums) == ["y", "y·x", "y·y"]
+    assert (sums["y"]["recovered"], sums["y"]["true"], sums["y"]["relative_error"]) == (2.0, 3.0, 1 / 3)
+    assert (sums["y·x"]["recovered"], sums["y·x"]["true"]) == (0.5, 1.0)
+    assert sums["y·x"]["relative_error"] == pytest.approx(0.5 / 3)  # over |−1| + |2| + |0|, not over |1|
+    assert sums["y·y"]["true"] == 5.0
+    both = pipeline.PosteriorAttack(
+        "toy", SimpleNamespace(free=("x", "y")), recon, truth, responses=("x", "y")
+    )
+    assert [r["column"] for r in both.rows() if r["statistic"] == "sum"] == ["x", "x·x", "x·y", "y", "y·y"]
 
 
 def test_quiet_draws_no_progress_bar(capsys, fake_reconstruct):
