@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -144,7 +144,12 @@ def findings(audit: Audit) -> Findings:
         columns=tuple(v.label for v in check.variables),
         statistics=len(audit.statistics),
         quantities=quantities(
-            audit.statistics, audit.rows, audit.truth, audit.attack.measure, counted(audit.attack.measure)
+            audit.statistics,
+            audit.rows,
+            audit.truth,
+            audit.attack.measure,
+            config.verdict,
+            counted(audit.attack.measure),
         ),
         recovered_below=config.recovered_below,
         partly_below=config.partly_below,
@@ -177,15 +182,23 @@ def quantities(
     rows: Sequence[Mapping[str, Any]],
     truth: WeightedMeasure,
     recovered: WeightedMeasure,
+    judge: Callable[[float], Verdict],
     unit: str = "rows",
 ) -> tuple[Quantity, ...]:
     """Each identifiable statistic as a count, mean, variance or covariance where it is one given the
     others (a mean needs N; a variance or covariance also the columns' means), with the attack's error
     on that quantity; otherwise the statistic itself with its row's scale-free error. N counts ``unit``
-    (:func:`counted`), and the moments are per unit."""
+    (:func:`counted`), and the moments are per unit.
+
+    Where ``judge`` rates N worse than a sum, and the moment made from that sum worse too, the sum is
+    reported as itself, with the row's error: a mean is as far off as N while its sum may be recovered
+    (a Poisson regression of 300 rows: N 1,088, the mean of y 73 % off, Σ y 2.4 %), and the verdict
+    says what leaks in either form. Where N is recovered the moments stay moments (Σ x² of a column far
+    from zero is mostly N·mean² and would read as a leak of its own)."""
     powers = [s.terms[0][0] if len(s.terms) == 1 else None for s in statistics]
     has_n = any(m is not None and not any(m) for m in powers)
     means = {m.index(1) for m in powers if m is not None and sum(m) == 1}
+    count_error = _moment_error("count", [], (), truth, recovered)
     out = []
     for statistic, monomial, row in zip(statistics, powers, rows, strict=True):
         factors = [] if monomial is None else [i for i, p in enumerate(monomial) for _ in range(p)]
@@ -195,10 +208,15 @@ def quantities(
             continue
         kind: Kind = ("count", "mean", "variance" if len(set(factors)) == 1 else "covariance")[len(factors)]
         labels = tuple(statistic.variables[i].label for i in dict.fromkeys(factors)) or (unit,)
-        out.append(
-            Quantity(kind, labels, _moment_error(kind, factors, statistic.variables, truth, recovered))
-        )
+        error, own = _moment_error(kind, factors, statistic.variables, truth, recovered), float(row["error"])
+        if _RANK[judge(own)] < min(_RANK[judge(error)], _RANK[judge(count_error)]):
+            out.append(Quantity("statistic", (statistic.name,), own))
+        else:
+            out.append(Quantity(kind, labels, error))
     return tuple(out)
+
+
+_RANK = {"recovered": 0, "partly": 1, "not": 2}
 
 
 def _moment_error(

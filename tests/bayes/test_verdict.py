@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from bayes_recon.audit import AuditConfig
 from bayes_recon.identifiability import Statistic, Variable
 from bayes_recon.verdict import (
     Findings,
@@ -155,7 +156,7 @@ def test_quantities_measure_the_moments_they_name():
         {"x": truth.points["x"] * 1.1, "y": truth.points["y"] + 0.5}, np.full(50, 1.02)
     )  # N +2 %, x's mean +10 %, x's variance +21 %, y's mean up by 0.5
     rows = [{"error": 0.123}] * len(statistics)
-    found = quantities(statistics, rows, truth, moved)
+    found = quantities(statistics, rows, truth, moved, AuditConfig().verdict)
     assert [q.kind for q in found] == [
         "count",
         "mean",
@@ -173,8 +174,32 @@ def test_quantities_measure_the_moments_they_name():
         truth.points["x"], truth.points["y"])[0, 1]), rel=1e-6)  # fmt: skip
     assert found[5] == Quantity("statistic", ("Σ (x + y)",), 0.123)
     # without N the sums are only sums; without y's mean, Σ x·y is not a covariance
-    assert {q.kind for q in quantities(statistics[1:], rows[1:], truth, moved)} == {"statistic"}
-    assert quantities(statistics[:-1], rows[:-1], truth, moved)[3].kind == "statistic"
+    judge = AuditConfig().verdict
+    assert {q.kind for q in quantities(statistics[1:], rows[1:], truth, moved, judge)} == {"statistic"}
+    assert quantities(statistics[:-1], rows[:-1], truth, moved, judge)[3].kind == "statistic"
+
+
+def test_a_sum_recovered_where_its_mean_is_not_is_named_as_the_sum():
+    """A Poisson regression's release leaves N open while pinning Σ y: the attack's mean of y is as far
+    off as its N, and the verdict said "nothing recovered" with Σ y in the table at 2.4 %. The sum is
+    now what is revealed; a mean recovered better than its sum stays the mean, and so does one off where
+    N is not."""
+    x, y = Variable("x", None, False, False), Variable("y", None, False, False)
+    statistics = [Statistic((x, y), ((p, 1.0),)) for p in ((0, 0), (1, 0), (0, 1))]
+    rng = np.random.default_rng(1)
+    truth = WeightedMeasure.empirical({"x": rng.normal(size=300), "y": rng.poisson(2.0, 300).astype(float)})
+    spread = WeightedMeasure(  # 3.6 times the mass, y scaled down to keep Σ y: x's mean only shifted
+        {"x": truth.points["x"] + 0.01, "y": truth.points["y"] / 3.6}, np.full(300, 3.6)
+    )
+    rows = [{"error": abs(spread.total_mass() - 300) / 300}, {"error": 0.9}, {"error": 0.0}]
+    found = quantities(statistics, rows, truth, spread, AuditConfig().verdict)
+    assert found[0].kind == "count" and found[0].error == pytest.approx(2.6)
+    assert found[1].kind == "mean" and found[1].error < 0.05  # better than its sum's 0.9: the mean
+    assert found[2] == Quantity("statistic", ("Σ y",), 0.0)
+    assert describe(found[1:]) == "the mean of x and Σ y"
+    # with N recovered, a mean off is the mean off, whatever its sum's row says
+    shifted = WeightedMeasure({"x": truth.points["x"], "y": truth.points["y"] + 1.0}, np.ones(300))
+    assert quantities(statistics, rows, truth, shifted, AuditConfig().verdict)[2].kind == "mean"
 
 
 def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine_the_statistics():
@@ -204,7 +229,9 @@ def test_n_counts_trials_where_the_attack_weighs_them():
     trials = WeightedMeasure(
         {"x": np.array([0.0, 1.0, 2.0]), "y": np.array([1.0, 0.0, 1.0])}, np.ones(3), {"units": units}
     )
-    found = quantities(statistics, [{"error": 0.0}] * 3, trials, trials, counted(trials))
+    found = quantities(
+        statistics, [{"error": 0.0}] * 3, trials, trials, AuditConfig().verdict, counted(trials)
+    )
     assert describe(found) == "N (the number of trials) and the means of x and y"
     leaked = dict(headline(dataclasses.replace(kidiq_like(0.01), quantities=found)).points)["What to do"]
     assert any("round or bin x and y" in advice for advice in leaked)
