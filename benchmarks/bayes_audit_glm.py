@@ -42,6 +42,7 @@ CASES = (
     "glm-poisson-cubic",
     "glm-binomial-trials-vary",
     "mixture-no-covariates",
+    "poisson-one-covariate",
 )
 
 

@@ -158,6 +158,13 @@ def binomial_trials(x, n, y=None):  # trials given per row
         numpyro.sample("y", dist.Binomial(n, logits=a + b * x), obs=y)
 
 
+def poisson_plain(x, y=None):  # the plainest count GLM: its release leaves N open, pins Σ y and Σ x·y
+    a = numpyro.sample("a", dist.Normal(0, 5))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Poisson(jnp.exp(a + b * x)), obs=y)
+
+
 def poisson_exposure(x, t, y=None):  # an exposure per row, reconstructed with the rest
     a = numpyro.sample("a", dist.Normal(0, 5))
     b = numpyro.sample("b", dist.Normal(0, 5))
@@ -392,6 +399,11 @@ def _proportions(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": x, "y": rng.beta(m * 15, (1 - m) * 15)}
 
 
+def _counts(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=300)
+    return {"x": x, "y": rng.poisson(np.exp(0.5 + 0.8 * x)).astype(np.int32)}
+
+
 def _times(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(size=200)
     return {"x": x, "y": np.exp(1 + 0.5 * x) * rng.weibull(1.7, 200)}
@@ -490,6 +502,7 @@ CASES = (
         support={"t": constraints.positive},
     ),
     Case("poisson-exposure-fixed", poisson_exposure, _exposure, ["x", "y"], fixed=("t",)),
+    Case("poisson-one-covariate", poisson_plain, _counts, ["x", "y"]),
     Case("student-t-df-sampled", student_df, _student, ["x", "y"]),
     Case("softmax-three-classes", softmax_classes, _classes, {"X": (2,), "y": ()}),
     Case("two-responses", two_responses, _two_responses, ["x", "z", "y"]),
