@@ -181,7 +181,7 @@ def identifiable_statistics(
     draws: Any,
     free: Free,
     fixed: Mapping[str, Any] | None = None,
-    support: Mapping[str, Constraint] | None = None,
+    support: Mapping[str, Constraint | str] | None = None,
     config: IdentifiabilityConfig | None = None,
 ) -> Identifiability:
     """The data statistics that posterior ``draws`` of ``model`` pin down; no data needed.
@@ -299,7 +299,7 @@ def feature_setup(
     draws: Any,
     free: Free,
     fixed: Mapping[str, Any] | None,
-    support: Mapping[str, Constraint] | None,
+    support: Mapping[str, Constraint | str] | None,
     max_draws: int,
 ) -> AttackSetup:
     """What :func:`bayes_recon.kernel.model_features` needs: the model, the free columns and up to

@@ -59,7 +59,7 @@ def prepare_release(
 ) -> Release:
     """Check the call and the draws against the model; take the free columns' supports from the model."""
     fixed, draws = dict(fixed or {}), as_draws(draws)
-    support = {k: constraint_named(v) if isinstance(v, str) else v for k, v in (support or {}).items()}
+    support = {k: _support_named(k, v) if isinstance(v, str) else v for k, v in (support or {}).items()}
     units: tuple[str, np.ndarray] | None = None
     shapes = free_shapes(free)
     check_free(model, list(shapes), fixed)
@@ -101,6 +101,14 @@ def prepare_release(
     check_covariates(weighted, layout, probe_draws)
     per_unit = None if units is None else check_units(weighted, layout, units, probe_draws)
     return Release(weighted, layout, checked, theta, per_unit)
+
+
+def _support_named(column: str, name: str) -> Constraint:
+    """The constraint ``name`` gives, an unknown name refused naming the column."""
+    try:
+        return constraint_named(name)
+    except ReconError as err:
+        raise ReconError(f"support= for column {column!r}: {err}") from None
 
 
 def check_draws_on_supports(theta: np.ndarray, weighted: WeightedModel) -> None:

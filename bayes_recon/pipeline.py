@@ -10,19 +10,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+from numpyro.distributions.constraints import Constraint
 
 from bayes_recon.kernel import model_features
 from bayes_recon.modelcheck import rows_as_units
 from bayes_recon.models import Entry, lookup
 from bayes_recon.posteriordb import database_path, load_posterior
 from bayes_recon.precision import attack_numerics
+from bayes_recon.pseudo import is_binary
 from bayes_recon.reconstruct import ReconConfig, Reconstruction, reconstruct
 from bayes_recon.supports import observed_columns
 from recon_core.errors import ReconError
@@ -43,7 +45,8 @@ class PosteriorAttack:
     truth: WeightedMeasure | None
     seed: int = 0
     database: Path | None = None
-    responses: tuple[str, ...] = ()  # the free columns that are an observed site's values
+    # the free columns that are an observed site's values, with their supports (rows() adds their sums)
+    responses: Mapping[str, Constraint] = dataclasses.field(default_factory=dict)
 
     @property
     def measure(self) -> WeightedMeasure:
@@ -58,7 +61,8 @@ class PosteriorAttack:
         Each row: ``statistic`` ("N (total mass)", "mean", "var", "sum"), ``column`` (``name`` or
         ``name[i]`` for a flattened multi-dimensional column, ``y·x`` for a product; None for the mass),
         ``recovered``, ``true`` and ``relative_error`` (|recovered − true| / |true|, for a sum over the
-        true Σ_i |f(x_i)|, which is |true| where f keeps one sign; None without truth).
+        true Σ_i |f(x_i)|, which is |true| where f keeps one sign; None without truth). A binary
+        response's y·y is y and is left out; a class label's sums are over its codes.
         """
         measure = self.measure
         true_n = None if self.truth is None else self.truth.total_mass()
@@ -84,9 +88,10 @@ class PosteriorAttack:
         responses = [label for label in recovered if label.partition("[")[0] in self.responses]
         rows, done = [], set()
         for response in responses:
+            binary = is_binary(self.responses[response.partition("[")[0]])
             for other in [None, *recovered]:
-                if frozenset((response, other)) in done:
-                    continue  # y·z taken as z·y already
+                if frozenset((response, other)) in done or (binary and other == response):
+                    continue  # y·z taken as z·y already; a binary y·y is y
                 done.add(frozenset((response, other)))
                 label = response if other is None else f"{response}·{other}"
                 found = self.measure.weights @ _product(recovered, response, other)
@@ -94,7 +99,8 @@ class PosteriorAttack:
                     rows.append(_row("sum", label, found, None))
                 else:
                     values = _product(true, response, other)
-                    rows.append(_row("sum", label, found, self.truth.weights @ values, np.abs(values).sum()))
+                    weights = self.truth.weights  # not all 1 where rows were weighed as units
+                    rows.append(_row("sum", label, found, weights @ values, weights @ np.abs(values)))
         return rows
 
     def relative_mmd(self, max_draws: int = 1000) -> float | None:
@@ -129,6 +135,7 @@ class PosteriorAttack:
             "standard_errors": jsonable(recon.standard_errors),
             "bootstrap_spread": jsonable(recon.bootstrap_spread()),
             "unseen_mass": jsonable(recon.unseen_mass),
+            "responses": list(self.responses),
             "converged": recon.converged(),
             "rows": [{k: jsonable(v) for k, v in row.items()} for row in self.rows()],
         }
@@ -219,7 +226,7 @@ def attack_posterior(
     weighted = setup.weighted_model  # the model as the attack runs it (a row count in fixed follows the rows)
     responses = observed_columns(weighted.model, setup.layout.shapes, weighted.fixed, setup.layout.supports)
     return PosteriorAttack(
-        problem.name, problem.entry, reconstruction, truth, seed, problem.database, tuple(responses)
+        problem.name, problem.entry, reconstruction, truth, seed, problem.database, responses
     )
 
 

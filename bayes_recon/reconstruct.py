@@ -469,7 +469,7 @@ def reconstruct(
     draws: Any,
     free: Free,
     fixed: Mapping[str, Any] | None = None,
-    support: Mapping[str, Constraint] | None = None,
+    support: Mapping[str, Constraint | str] | None = None,
     n_points: int = 50,
     seed: int = 0,
     config: ReconConfig | None = None,
@@ -481,7 +481,8 @@ def reconstruct(
     ``free``: the model's data arguments to reconstruct, as names (scalar per data point) or
     ``{name: trailing shape}`` (a whole number n is the shape (n,)). ``fixed``: arguments the adversary
     knows, passed as is.
-    ``support``: NumPyro constraints per free column (default real). ``draws``: a dict of
+    ``support``: NumPyro constraints per free column, or their names ("positive", "interval(0, 200)"; default
+    real). ``draws``: a dict of
     arrays, a NumPyro MCMC or an ArviZ object.
 
     The restarts run in rounds of ``config.restarts_at_once``, each a call of one compiled program

@@ -110,6 +110,7 @@ def observed_columns(
 def constraint_named(text: str) -> Constraint:
     """A numpyro.distributions.constraints constraint by name: "positive", "interval(0, 200)" (``support=``
     and ``--support`` take these)."""
+    text = text.strip()
     call = _CALL.match(text.replace(" ", ""))
     if call is not None and call["name"] in _PARAMETRISED:
         arguments = [a for a in call["args"].split(",") if a]

@@ -43,6 +43,7 @@ class Quantity:
     kind: Kind
     variables: tuple[str, ...]
     error: float
+    columns: tuple[str, ...] = ()  # a sum named as itself: the column labels it is made of
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def findings(audit: Audit) -> Findings:
             audit.truth,
             audit.attack.measure,
             config.verdict,
-            counted(audit.attack.measure),
+            unit=counted(audit.attack.measure),
         ),
         recovered_below=config.recovered_below,
         partly_below=config.partly_below,
@@ -183,6 +184,7 @@ def quantities(
     truth: WeightedMeasure,
     recovered: WeightedMeasure,
     judge: Callable[[float], Verdict],
+    *,
     unit: str = "rows",
 ) -> tuple[Quantity, ...]:
     """Each identifiable statistic as a count, mean, variance or covariance where it is one given the
@@ -209,8 +211,8 @@ def quantities(
         kind: Kind = ("count", "mean", "variance" if len(set(factors)) == 1 else "covariance")[len(factors)]
         labels = tuple(statistic.variables[i].label for i in dict.fromkeys(factors)) or (unit,)
         error, own = _moment_error(kind, factors, statistic.variables, truth, recovered), float(row["error"])
-        if _RANK[judge(own)] < min(_RANK[judge(error)], _RANK[judge(count_error)]):
-            out.append(Quantity("statistic", (statistic.name,), own))
+        if factors and _RANK[judge(own)] < min(_RANK[judge(error)], _RANK[judge(count_error)]):
+            out.append(Quantity("statistic", (statistic.name,), own, labels))
         else:
             out.append(Quantity(kind, labels, error))
     return tuple(out)
@@ -446,7 +448,12 @@ def _advice(found: Findings, leaked: list[Quantity]) -> tuple[str, ...]:
             f"Release the posterior of noisy sufficient statistics ({found.noisy[0].mechanism}): {each}."
         )
     columns = list(
-        dict.fromkeys(c for q in leaked if q.kind not in ("statistic", "count") for c in q.variables)
+        dict.fromkeys(
+            c
+            for q in leaked
+            if q.kind != "count"
+            for c in (q.columns if q.kind == "statistic" else q.variables)
+        )
     )
     if columns:
         advice.append(

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from numpyro.distributions import constraints
 
 from bayes_recon import cli, pipeline
 from bayes_recon.cli import main
@@ -64,8 +65,10 @@ def test_reconstruct_prints_table_and_writes_json_and_measure(tmp_path, capsys, 
     assert summary["posterior"] == "kidiq-kidscore_momiq"
     assert (summary["points"], summary["seed"], summary["true_n"]) == (5, 7, TRUE_N)
     assert summary["objective"] == -1.5 and summary["config"]["steps"] == 3
-    assert [(r["statistic"], r["column"]) for r in summary["rows"]][5:] == [
-        ("sum", "kid_score"), ("sum", "kid_score·mom_iq"), ("sum", "kid_score·kid_score")
+    assert [(r["statistic"], r["column"]) for r in summary["rows"]] == [
+        ("N (total mass)", None), ("mean", "mom_iq"), ("var", "mom_iq"), ("mean", "kid_score"),
+        ("var", "kid_score"), ("sum", "kid_score"), ("sum", "kid_score·mom_iq"),
+        ("sum", "kid_score·kid_score")
     ]  # fmt: skip
     mass = summary["rows"][0]
     assert mass["recovered"] == pytest.approx(TRUE_N) and mass["relative_error"] == pytest.approx(
@@ -120,21 +123,36 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
 
 def test_rows_add_each_responses_sums_with_every_column_scored_free_of_its_sign():
     """Σ y, Σ y·x and Σ y·y for a response y (a Poisson GLM's Σ y and Σ x·y may be pinned where N is not),
-    each error over the truth's Σ |f(x_i)|: Σ y·x with x of both signs has a true value near 0."""
+    each error over the truth's Σ |f(x_i)|: Σ y·x with x of both signs has a true value near 0. The
+    truth's weights count (rows weighed as units of exposure); a binary y·y is y, left out; a vector
+    response's entries each have their sums."""
     truth = WeightedMeasure({"x": np.array([-1.0, 1.0, 2.0]), "y": np.array([1.0, 2.0, 0.0])}, np.ones(3))
     found = WeightedMeasure({"x": np.array([-1.0, 1.5]), "y": np.array([1.0, 2.0])}, np.array([1.0, 0.5]))
-    recon = SimpleNamespace(measure=found)
-    attack = pipeline.PosteriorAttack("toy", SimpleNamespace(free=("x", "y")), recon, truth, responses=("y",))
+    recon, real, free = SimpleNamespace(measure=found), constraints.real, SimpleNamespace(free=("x", "y"))
+    attack = pipeline.PosteriorAttack("toy", free, recon, truth, responses={"y": real})
     sums = {r["column"]: r for r in attack.rows() if r["statistic"] == "sum"}
     assert list(sums) == ["y", "y·x", "y·y"]
     assert (sums["y"]["recovered"], sums["y"]["true"], sums["y"]["relative_error"]) == (2.0, 3.0, 1 / 3)
     assert (sums["y·x"]["recovered"], sums["y·x"]["true"]) == (0.5, 1.0)
     assert sums["y·x"]["relative_error"] == pytest.approx(0.5 / 3)  # over |−1| + |2| + |0|, not over |1|
     assert sums["y·y"]["true"] == 5.0
-    both = pipeline.PosteriorAttack(
-        "toy", SimpleNamespace(free=("x", "y")), recon, truth, responses=("x", "y")
-    )
+    both = pipeline.PosteriorAttack("toy", free, recon, truth, responses={"x": real, "y": real})
     assert [r["column"] for r in both.rows() if r["statistic"] == "sum"] == ["x", "x·x", "x·y", "y", "y·y"]
+
+    units = WeightedMeasure(truth.points, np.array([2.0, 1.0, 4.0]))  # Σ y·x = −2 + 2 + 0, Σ |y·x| = 4
+    weighed = {r["column"]: r for r in pipeline.PosteriorAttack("toy", free, recon, units, responses={
+        "y": real}).rows() if r["statistic"] == "sum"}  # fmt: skip
+    assert (weighed["y·x"]["true"], weighed["y·x"]["relative_error"]) == (0.0, pytest.approx(0.5 / 4))
+    binary = pipeline.PosteriorAttack("toy", free, recon, truth, responses={"y": constraints.boolean})
+    assert [r["column"] for r in binary.rows() if r["statistic"] == "sum"] == ["y", "y·x"]
+
+    pairs = WeightedMeasure({"x": np.arange(2.0), "Y": np.array([[1.0, 2.0], [3.0, 4.0]])}, np.ones(2))
+    vector = pipeline.PosteriorAttack(
+        "toy", SimpleNamespace(free=("x", "Y")), SimpleNamespace(measure=pairs), pairs, responses={"Y": real}
+    )
+    sums = {r["column"]: r["recovered"] for r in vector.rows() if r["statistic"] == "sum"}
+    assert sums == {"Y[0]": 4.0, "Y[0]·x": 3.0, "Y[0]·Y[0]": 10.0, "Y[0]·Y[1]": 14.0, "Y[1]": 6.0,
+                    "Y[1]·x": 4.0, "Y[1]·Y[1]": 20.0}  # fmt: skip
 
 
 def test_quiet_draws_no_progress_bar(capsys, fake_reconstruct):

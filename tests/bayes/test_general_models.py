@@ -77,7 +77,9 @@ def test_responses_take_their_support_from_the_model():
     draws = {"a": np.linspace(0, 1, 100), "b": np.linspace(1, 2, 100)}
     named = prepare_release(poisson_regression, draws, ["x", "y"], support={"x": "interval(0, 200)"})
     assert named.layout.support("x").upper_bound == 200.0
-    with pytest.raises(br.ReconError, match=r"unknown constraint 'postive'\. Did you mean positive"):
+    with pytest.raises(
+        br.ReconError, match=r"column 'x': support: unknown constraint 'postive'\. Did you mean positive"
+    ):
         prepare_release(poisson_regression, draws, ["x", "y"], support={"x": "postive"})
 
     def trials_per_row(x, n, y=None):  # on real-valued trials the model fails: y was taken for real

@@ -195,8 +195,10 @@ def test_a_sum_recovered_where_its_mean_is_not_is_named_as_the_sum():
     found = quantities(statistics, rows, truth, spread, AuditConfig().verdict)
     assert found[0].kind == "count" and found[0].error == pytest.approx(2.6)
     assert found[1].kind == "mean" and found[1].error < 0.05  # better than its sum's 0.9: the mean
-    assert found[2] == Quantity("statistic", ("Σ y",), 0.0)
+    assert found[2] == Quantity("statistic", ("Σ y",), 0.0, ("y",))
     assert describe(found[1:]) == "the mean of x and Σ y"
+    advice = dict(headline(dataclasses.replace(kidiq_like(0.01), quantities=found[2:])).points)["What to do"]
+    assert any("round or bin y" in line for line in advice)  # the sum's column, coarsened
     # with N recovered, a mean off is the mean off, whatever its sum's row says
     shifted = WeightedMeasure({"x": truth.points["x"], "y": truth.points["y"] + 1.0}, np.ones(300))
     assert quantities(statistics, rows, truth, shifted, AuditConfig().verdict)[2].kind == "mean"
@@ -230,7 +232,7 @@ def test_n_counts_trials_where_the_attack_weighs_them():
         {"x": np.array([0.0, 1.0, 2.0]), "y": np.array([1.0, 0.0, 1.0])}, np.ones(3), {"units": units}
     )
     found = quantities(
-        statistics, [{"error": 0.0}] * 3, trials, trials, AuditConfig().verdict, counted(trials)
+        statistics, [{"error": 0.0}] * 3, trials, trials, AuditConfig().verdict, unit=counted(trials)
     )
     assert describe(found) == "N (the number of trials) and the means of x and y"
     leaked = dict(headline(dataclasses.replace(kidiq_like(0.01), quantities=found)).points)["What to do"]
