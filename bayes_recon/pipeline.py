@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,8 +83,8 @@ class PosteriorAttack:
         return rows + self._sum_rows()
 
     def _sum_rows(self) -> list[dict[str, Any]]:
-        recovered = _columns(self.measure, self.entry.free)
-        true = None if self.truth is None else _columns(self.truth, self.entry.free)
+        recovered = self.measure.flat_columns(self.entry.free)
+        true = None if self.truth is None else self.truth.flat_columns(self.entry.free)
         responses = [label for label in recovered if label.partition("[")[0] in self.responses]
         rows, done = [], set()
         for response in responses:
@@ -297,13 +297,3 @@ def _flat(values: Any) -> list[float]:
 def _product(columns: dict[str, np.ndarray], first: str, second: str | None) -> np.ndarray:
     """The values of ``first`` per point, times those of ``second`` (if any)."""
     return columns[first] * (1.0 if second is None else columns[second])
-
-
-def _columns(measure: WeightedMeasure, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """Every free column's values per point, a multi-dimensional one flattened into ``name[i]``."""
-    out = {}
-    for name in names:
-        values = np.asarray(measure.points[name], dtype=float).reshape(len(measure), -1)
-        labels = [name] if values.shape[1] == 1 else [f"{name}[{i}]" for i in range(values.shape[1])]
-        out |= {label: values[:, i] for i, label in enumerate(labels)}
-    return out

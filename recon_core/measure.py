@@ -136,17 +136,22 @@ class WeightedMeasure:
         squared = a @ kaa @ a + b @ kbb @ b - 2 * a @ kab @ b
         return float(np.sqrt(max(squared, 0.0)))
 
-    def to_dataframe(self) -> Any:
-        import pandas as pd
-
-        columns: dict[str, np.ndarray] = {"weight": self.weights}
-        for name, value in self.points.items():
-            flat = np.asarray(value).reshape(len(self), -1)
+    def flat_columns(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """The named columns (all by default), each flattened per point: ``name``, or ``name[i]`` for every
+        entry of a column with more than one per point."""
+        columns = {}
+        for name in self.names if names is None else names:
+            flat = np.asarray(self.points[name]).reshape(len(self), -1)
             if flat.shape[1] == 1:
                 columns[name] = flat[:, 0]
             else:
                 columns.update({f"{name}[{i}]": flat[:, i] for i in range(flat.shape[1])})
-        return pd.DataFrame(columns)
+        return columns
+
+    def to_dataframe(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame({"weight": self.weights, **self.flat_columns()})
 
     def save(self, path: str | Path) -> Path:
         """Write ``<path>.npz`` (arrays) and ``<path>.json`` (names, shapes, meta)."""
