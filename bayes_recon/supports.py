@@ -115,13 +115,11 @@ def constraint_named(text: str) -> Constraint:
     if call is not None and call["name"] in _PARAMETRISED:
         arguments = [a for a in call["args"].split(",") if a]
         if len(arguments) != _PARAMETRISED[call["name"]]:
-            raise ReconError(
-                f"support {text!r}: {call['name']} takes {_PARAMETRISED[call['name']]} number(s)"
-            )
+            raise ReconError(f"{text!r}: {call['name']} takes {_PARAMETRISED[call['name']]} number(s)")
         try:
             return getattr(constraints, call["name"])(*(float(a) for a in arguments))
         except ValueError:
-            raise ReconError(f"support {text!r}: its bounds are not numbers") from None
+            raise ReconError(f"{text!r}: its bounds are not numbers") from None
     named = getattr(constraints, text, None)
     if _scalar(named):
         return named
@@ -129,7 +127,7 @@ def constraint_named(text: str) -> Constraint:
     close = difflib.get_close_matches(text, known + list(_PARAMETRISED), n=2)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     raise ReconError(
-        f"support: unknown constraint {text!r}.{hint} Known: {', '.join(known)}; with bounds: "
+        f"unknown constraint {text!r}.{hint} Known: {', '.join(known)}; with bounds: "
         f"{', '.join(f'{k}(...)' for k in _PARAMETRISED)} (numpyro.distributions.constraints)"
     )
 

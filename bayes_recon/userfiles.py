@@ -331,7 +331,10 @@ def parse_support(items: Sequence[str]) -> dict[str, Constraint]:
         column, equals, name = (s.strip() for s in item.partition("="))
         if not equals or not column or not name:
             raise ReconError(f"--support {item!r}: expected COLUMN=CONSTRAINT, e.g. --support y=positive")
-        out[column] = constraint_named(name)
+        try:
+            out[column] = constraint_named(name)
+        except ReconError as err:
+            raise ReconError(f"--support {item!r}: {err}") from None
     return out
 
 

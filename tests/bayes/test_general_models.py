@@ -78,7 +78,7 @@ def test_responses_take_their_support_from_the_model():
     named = prepare_release(poisson_regression, draws, ["x", "y"], support={"x": "interval(0, 200)"})
     assert named.layout.support("x").upper_bound == 200.0
     with pytest.raises(
-        br.ReconError, match=r"column 'x': support: unknown constraint 'postive'\. Did you mean positive"
+        br.ReconError, match=r"support= for column 'x': unknown constraint 'postive'\. Did you mean positive"
     ):
         prepare_release(poisson_regression, draws, ["x", "y"], support={"x": "postive"})
 
