@@ -87,6 +87,7 @@ class Findings:
     restart_spread: float
     standard_error: float  # the largest over N and the columns' moments (statistics_spread's units)
     smaller: tuple[SmallerRelease, ...]
+    whole: SmallerRelease  # the release itself, every draw, scored as the smaller ones are
     noisy: tuple[NoisyRelease, ...] | None
     file_leaks: tuple[Mapping[str, Any], ...] = ()
     # False where the features are not polynomials: the ``statistics`` are then N and the columns'
@@ -121,14 +122,14 @@ def findings(audit: Audit) -> Findings:
     config, recon = audit.config, audit.attack.reconstruction
     check = audit.check.identifiability
     agreeing = int(np.sum(recon.at_best()))
-    smaller = tuple(
+    releases = tuple(
         SmallerRelease(
             p.draws,
             sum(r["verdict"] == "recovered" for r in p.rows),
             len(p.rows),
             max(r["error"] for r in p.rows),
         )
-        for p in audit.curve[:-1]
+        for p in audit.curve
     )
     noisy = tuple(
         NoisyRelease(
@@ -160,7 +161,8 @@ def findings(audit: Audit) -> Findings:
         restarts_agreeing=agreeing,
         restarts_passed_over=recon.passed_over(),
         restart_spread=max(recon.restart_spread().values()),
-        smaller=smaller,
+        smaller=releases[:-1],
+        whole=releases[-1],
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
         standard_error=max(recon.standard_errors.values()),
@@ -431,7 +433,14 @@ def _advice(found: Findings, leaked: list[Quantity]) -> tuple[str, ...]:
             f"recovered (largest error {percent(s.largest_error)})"
             for s in found.smaller
         )
-        advice.append(f"Release fewer draws: {each}.")
+        whole = found.whole
+        if any(s.recovered < whole.recovered for s in found.smaller):
+            advice.append(f"Release fewer draws: {each}.")
+        else:  # a smaller release's own noise can make the attack recover more, not less
+            advice.append(
+                f"Releasing fewer draws does not help here: {each}; with all {whole.draws:,}, "
+                f"{whole.recovered} of {whole.statistics}."
+            )
     if found.noisy == ():
         advice.append(
             "Release the posterior of noisy sufficient statistics: rerun the audit with --epsilon "

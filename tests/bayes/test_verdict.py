@@ -43,6 +43,7 @@ def kidiq_like(error: float) -> Findings:
         restart_spread=1e-7,
         standard_error=0.02,
         smaller=(SmallerRelease(100, 0, 6, 0.18),),
+        whole=SmallerRelease(4000, 6 if error < 0.05 else 0, 6, error),
         noisy=(NoisyRelease(1.0, "laplace", 0.86, 0, 236.0), NoisyRelease(10.0, "laplace", 0.0092, 4, 9.4)),
     )
 
@@ -202,6 +203,21 @@ def test_a_sum_recovered_where_its_mean_is_not_is_named_as_the_sum():
     # with N recovered, a mean off is the mean off, whatever its sum's row says
     shifted = WeightedMeasure({"x": truth.points["x"], "y": truth.points["y"] + 1.0}, np.ones(300))
     assert quantities(statistics, rows, truth, shifted, AuditConfig().verdict)[2].kind == "mean"
+
+
+def test_fewer_draws_are_advised_only_where_they_recover_less():
+    """A Poisson regression's audit advised "Release fewer draws" while its first 100 draws gave the attack
+    2 of 6 statistics and all 2,000 gave it 1: a smaller release's noise can help the attack."""
+    noisier = dataclasses.replace(
+        kidiq_like(0.012),
+        smaller=(SmallerRelease(100, 2, 6, 220.0),),
+        whole=SmallerRelease(2000, 1, 6, 140.0),
+    )
+    (fewer, *_) = dict(headline(noisier).points)["What to do"]
+    assert fewer.startswith("Releasing fewer draws does not help here: with the first 100 draws, 2 of 6")
+    assert fewer.endswith("with all 2,000, 1 of 6.")
+    helps = dict(headline(kidiq_like(0.012)).points)["What to do"][0]
+    assert helps.startswith("Release fewer draws: with the first 100 draws, 0 of 6")
 
 
 def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine_the_statistics():
