@@ -1,8 +1,10 @@
 """Quantile functions for the attack's start: bisected where NumPyro has none (mixtures), closed-form
 stand-ins where the quantile cannot be differentiated cheaply (counts, Beta, Gamma, Student-t).
 
-The start of the attack draws responses through their quantile function (:mod:`bayes_recon.stages`),
-and its objective is differentiated through them. Where ``icdf`` is missing, the quantile is found by
+The start of the attack draws responses through their quantile function (:mod:`bayes_recon.stages`)
+at the level of a standard-normal noise, and its objective is differentiated through them: every
+quantile here takes that noise (the normal score of the level), so a normal's is its location plus
+its scale times the noise. Where ``icdf`` is missing, the quantile is found by
 bisection on the CDF and differentiated implicitly (``jax.lax.custom_root``): from F(y(p, u); p) = u,
 dy = (du − ∂F/∂p·dp) / f(y), which is exact at the solution whatever the bisection's path. The
 distribution stays a closure (never flattened: NumPyro orders a distribution's fields differently in
@@ -20,7 +22,7 @@ the unit interval whose quantile has no second derivative in its parameters (Bet
 differentiate the incomplete beta function in its shapes) gets such a stand-in too
 (:func:`moment_quantile`), and so do two unimodal families whose quantile is an inverse incomplete
 gamma or beta function: a gamma the lognormal of its mean and variance, a Student-t the normal of its
-location and scale (:data:`STAND_INS`). From stop 38 to 55 they were bisections, differentiated up to
+location and scale (:data:`IN_SCORES`). From stop 38 to 55 they were bisections, differentiated up to
 four times in the attack's program: a quarter of a gamma regression's compilation, and a start needs
 the response's location and spread, not its tails (README, stop 56). A mixture keeps its bisected
 quantile: its modes are what a stand-in of its moments would lose.
@@ -32,13 +34,15 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import ndtri
+from jax.scipy.special import ndtr, ndtri
 from numpyro.distributions import (
     Distribution,
     ExpandedDistribution,
     Gamma,
     Independent,
+    LogNormal,
     MaskedDistribution,
+    Normal,
     StudentT,
     constraints,
 )
@@ -47,19 +51,28 @@ from numpyro.distributions.discrete import ZeroInflatedProbs
 Array = jax.Array
 WIDENING_STEPS = 40  # doublings of the first bracket (±10 sd), for heavy tails
 BISECTION_STEPS = 160  # halves even a fully widened bracket below float64's resolution
+LEVEL_BOUND = 1e-12  # levels are kept within [LEVEL_BOUND, 1 − LEVEL_BOUND], where every quantile is finite
+SCORE_BOUND = 7.034483825  # −Φ⁻¹(LEVEL_BOUND): the same bound on normal scores
 
 
-def quantile(fn: Distribution, u: Array) -> Array:
-    """``fn.icdf(u)``, a stand-in's for a gamma or a Student-t (:data:`STAND_INS`), the bisected quantile
-    of a continuous ``fn`` without one, a count's relaxed quantile (:func:`relaxed_count_quantile`); other
-    discrete supports raise NotImplementedError. An expanded, independent or masked distribution's is
-    its base's, broadcast: NumPyro gives them neither ``icdf`` nor ``cdf``, and a plate expands a
-    response whose parameters have no row dimension (y ~ Normal(μ, σ))."""
+def quantile(fn: Distribution, score: Array) -> Array:
+    """The quantile of ``fn`` at the level Φ(score), the score clipped to ±SCORE_BOUND: in closed form in
+    the score for a normal, a lognormal and the stand-ins of a gamma and a Student-t (:data:`IN_SCORES`);
+    else ``fn.icdf``, the bisected quantile of a continuous ``fn`` without one, a count's relaxed quantile
+    (:func:`relaxed_count_quantile`); other discrete supports raise NotImplementedError. An expanded,
+    independent or masked distribution's is its base's, broadcast: NumPyro gives them neither ``icdf``
+    nor ``cdf``, and a plate expands a response whose parameters have no row dimension (y ~ Normal(μ, σ)).
+
+    The stages draw responses from standard-normal noise and differentiate them up to three times: the
+    round trip Φ⁻¹(Φ(score)) that a normal's ``icdf`` would take costs a third of a normal regression's
+    compilation (kidiq: 35 → 25 s) for the identity."""
     while isinstance(fn, ExpandedDistribution | Independent | MaskedDistribution):
         fn = fn.base_dist
-    if type(fn) in STAND_INS:
-        shape = jnp.broadcast_shapes(jnp.shape(u), fn.batch_shape)
-        return STAND_INS[type(fn)](fn, jnp.broadcast_to(u, shape))
+    score = jnp.clip(score, -SCORE_BOUND, SCORE_BOUND)
+    if type(fn) in IN_SCORES:
+        shape = jnp.broadcast_shapes(jnp.shape(score), fn.batch_shape)
+        return IN_SCORES[type(fn)](fn, jnp.broadcast_to(score, shape))
+    u = jnp.clip(ndtr(score), LEVEL_BOUND, 1 - LEVEL_BOUND)
     try:
         return fn.icdf(u)
     except (NotImplementedError, ImportError):
@@ -73,22 +86,24 @@ def quantile(fn: Distribution, u: Array) -> Array:
     )
 
 
-def _lognormal_quantile(mean: Array, variance: Array, low: Array | float, u: Array) -> Array:
-    """Quantile of the lognormal with this mean and variance above ``low``, finite at the bound and at
-    zero spread."""
-    tiny = jnp.finfo(u.dtype).tiny ** 0.25
-    mean = jnp.maximum(jnp.broadcast_to(mean, u.shape) - low, tiny)
-    variance = jnp.maximum(jnp.broadcast_to(variance, u.shape), tiny)
+def _lognormal_quantile(mean: Array, variance: Array, low: Array | float, score: Array) -> Array:
+    """Quantile at Φ(score) of the lognormal with this mean and variance above ``low``, finite at the bound
+    and at zero spread."""
+    tiny = jnp.finfo(score.dtype).tiny ** 0.25
+    mean = jnp.maximum(jnp.broadcast_to(mean, score.shape) - low, tiny)
+    variance = jnp.maximum(jnp.broadcast_to(variance, score.shape), tiny)
     log_variance = jnp.log1p(variance / mean**2)  # σ² of the log
-    return low + jnp.exp(jnp.log(mean) - log_variance / 2 + jnp.sqrt(log_variance) * ndtri(u))
+    return low + jnp.exp(jnp.log(mean) - log_variance / 2 + jnp.sqrt(log_variance) * score)
 
 
-# Closed-form stand-ins for families whose quantile inverts an incomplete gamma or beta function (a t
-# with 2 or fewer degrees of freedom has no variance, so its stand-in is the normal of its location and
-# scale, not of its moments)
-STAND_INS: dict[type, Callable[[Distribution, Array], Array]] = {
-    Gamma: lambda fn, u: _lognormal_quantile(fn.mean, fn.variance, 0.0, u),
-    StudentT: lambda fn, u: fn.loc + fn.scale * ndtri(u),
+# Quantiles at Φ(score) in closed form in the score: a normal's and a lognormal's own, and stand-ins for
+# families whose quantile inverts an incomplete gamma or beta function (a t with 2 or fewer degrees of
+# freedom has no variance, so its stand-in is the normal of its location and scale, not of its moments)
+IN_SCORES: dict[type, Callable[[Distribution, Array], Array]] = {
+    Normal: lambda fn, score: fn.loc + fn.scale * score,
+    LogNormal: lambda fn, score: jnp.exp(fn.base_dist.loc + fn.base_dist.scale * score),
+    Gamma: lambda fn, score: _lognormal_quantile(fn.mean, fn.variance, 0.0, score),
+    StudentT: lambda fn, score: fn.loc + fn.scale * score,
 }
 
 
@@ -102,11 +117,12 @@ def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
     """
     if isinstance(fn, ZeroInflatedProbs):
         gate = jnp.broadcast_to(fn.gate, u.shape)
-        rest = relaxed_count_quantile(fn.base_dist, jnp.clip((u - gate) / (1.0 - gate), 1e-12, 1 - 1e-12))
+        beyond = jnp.clip((u - gate) / (1.0 - gate), LEVEL_BOUND, 1 - LEVEL_BOUND)  # the level in the base
+        rest = relaxed_count_quantile(fn.base_dist, beyond)
         return jnp.where(u < gate, 0.0, rest)
     if not isinstance(fn.support, constraints._IntegerGreaterThan):
         raise NotImplementedError(f"no quantile for the discrete support {fn.support}")
-    return _lognormal_quantile(fn.mean, fn.variance, fn.support.lower_bound, u)
+    return _lognormal_quantile(fn.mean, fn.variance, fn.support.lower_bound, ndtri(u))
 
 
 # The stand-in's logit stays within ±LOGIT_BOUND, where sigmoid and logit still invert each other in
@@ -116,17 +132,18 @@ def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
 LOGIT_BOUND = 30.0
 
 
-def moment_quantile(fn: Distribution, u: Array) -> Array:
-    """Quantile of a logit-normal stand-in for a response on the unit interval: sigmoid(m + s Φ⁻¹(u)),
-    m = logit(mean) and s = sd / (mean (1 − mean)), smooth in fn's parameters wherever its mean and
-    variance are, the logit kept within ±LOGIT_BOUND. Other supports raise NotImplementedError: there
-    the responses stay in the cloud (a heavy tail may have no variance)."""
+def moment_quantile(fn: Distribution, score: Array) -> Array:
+    """Quantile at Φ(score) of a logit-normal stand-in for a response on the unit interval:
+    sigmoid(m + s·score), m = logit(mean) and s = sd / (mean (1 − mean)), smooth in fn's parameters
+    wherever its mean and variance are, the logit kept within ±LOGIT_BOUND. Other supports raise
+    NotImplementedError: there the responses stay in the cloud (a heavy tail may have no variance)."""
     if fn.support is not constraints.unit_interval:
         raise NotImplementedError(f"no stand-in quantile for the support {fn.support}")
     edge = jax.nn.sigmoid(-LOGIT_BOUND)
-    mean = jnp.clip(jnp.broadcast_to(fn.mean, u.shape), edge, 1.0 - edge)
-    sd = jnp.sqrt(jnp.maximum(jnp.broadcast_to(fn.variance, u.shape), edge**2))
-    logit = jax.scipy.special.logit(mean) + sd / (mean * (1.0 - mean)) * ndtri(u)
+    score = jnp.clip(score, -SCORE_BOUND, SCORE_BOUND)
+    mean = jnp.clip(jnp.broadcast_to(fn.mean, score.shape), edge, 1.0 - edge)
+    sd = jnp.sqrt(jnp.maximum(jnp.broadcast_to(fn.variance, score.shape), edge**2))
+    logit = jax.scipy.special.logit(mean) + sd / (mean * (1.0 - mean)) * score
     return jax.nn.sigmoid(jnp.clip(logit, -LOGIT_BOUND, LOGIT_BOUND))
 
 

@@ -161,12 +161,10 @@ def response_predictor(
         for i, d in enumerate(responses):
             response = found[d]
             fn, _ = site_of(z, response)
-            level = jax.scipy.special.ndtr(noise[:, i])
             shape = fn.shape()
-            level = (
-                jnp.full((len(z), int(np.prod(shape[1:], dtype=int))), 0.5).at[:, response.element].set(level)
-            )
-            drawn = quantile_of(fn, jnp.clip(level.reshape(shape), 1e-12, 1 - 1e-12))
+            score = jnp.zeros((len(z), int(np.prod(shape[1:], dtype=int))))
+            score = score.at[:, response.element].set(noise[:, i])
+            drawn = quantile_of(fn, score.reshape(shape))
             target = jnp.reshape(drawn, (len(z), -1))[:, response.element]
             if response.direct:
                 value = biject_to(layout.support(response.column)).inv(target)
