@@ -432,8 +432,14 @@ def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
 
 
 def whiten(cloud: Cloud, z: Array) -> Array:
-    """The cloud's base-point coordinates of the points z (C, M, D): the inverse of its affine map."""
-    return jnp.einsum("cde,cme->cmd", jnp.linalg.inv(cloud.scale()), z - cloud.shift[:, None, :])
+    """The cloud's base-point coordinates of the points z (C, M, D): the inverse of its affine map, by
+    triangular solves (an inverse by LU, differentiated three times in the stages, was a tenth of a
+    normal regression's round program)."""
+
+    def solve(scale: Array, centred: Array) -> Array:
+        return jax.scipy.linalg.solve_triangular(scale, centred.T, lower=True).T
+
+    return jax.vmap(solve)(cloud.scale(), z - cloud.shift[:, None, :])
 
 
 def coordinates(layout: Layout, params: Pseudo, base: Array) -> tuple[Array, Array, Array]:
