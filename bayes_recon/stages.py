@@ -199,6 +199,7 @@ def with_responses(
     shares: StratumShares | None,
     cloud: pseudo.Cloud,
     base: Array,
+    factored: bool = True,
 ) -> pseudo.Pseudo:
     """The cloud refitted to its own covariates with the responses drawn from the model's predictive,
     and each point on its own draw.
@@ -211,6 +212,11 @@ def with_responses(
     count's stand-in) keeps its shape, which a Gaussian cloud alone would lose (for a Gaussian
     response the residuals are zero). Discrete responses (``shares``) stratify the pseudo-data
     instead: see :func:`share_strata`.
+
+    ``factored=False``: without discrete responses, the same pseudo-data on the unit cloud (each residual
+    the point itself), for an objective, which sees only the points and weights: the refitted cloud's
+    Cholesky factor and the triangular solves that undo it, differentiated three times in the stages,
+    were a tenth of a normal regression's round program. An optimiser's parameters take the refit.
     """
     points = pseudo.unit_points(cloud, len(base))
     if predict is None and shares is None:
@@ -222,6 +228,9 @@ def with_responses(
         noise = base[None, :, columns] * jnp.exp(cloud.log_diag[:, None, columns])
         z = predict(z, bits, noise.reshape(strata * len(base), len(columns)))
     z = jnp.where(jnp.isfinite(z), z, 0.0).reshape(strata, len(base), layout.dim)
+    if shares is None and not factored:
+        unit = jax.tree_util.tree_map(jnp.zeros_like, cloud)._replace(log_mass=cloud.log_mass)
+        return pseudo.Pseudo(unit, points._replace(residual=z - base))
     if shares is None:
         refitted = pseudo.fit_cloud(cloud, z, weights.reshape(strata, len(base)))
         return pseudo.Pseudo(refitted, points._replace(residual=pseudo.whiten(refitted, z) - base))
@@ -300,7 +309,8 @@ class Start(NamedTuple):
     """Where every restart starts: the unit cloud, how responses are filled in, which scales are searched."""
 
     params: pseudo.Pseudo
-    with_responses: Callable[[pseudo.Cloud, Array], pseudo.Pseudo]  # (cloud, base points) → pseudo-data
+    # (cloud, base points, factored=True) → pseudo-data (:func:`with_responses`)
+    with_responses: Callable[..., pseudo.Pseudo]
     searched: tuple[int, ...]  # the covariates' coordinates
     located: tuple[int, ...]  # the covariates whose support has no centre: their location is searched too
     grid_at_once: int  # grid candidates evaluated together (memory)
@@ -342,7 +352,8 @@ def make_start(
     refit = None
     if config.information_start and config.restarts >= 2 and config.coarse_steps:
         released = jax.jit(partial(released_information, weighted, layout))(theta)
-        refit = partial(fit_information, weighted, layout, responded, searched, shares is not None, released)
+        measured = partial(responded, factored=False)  # the fit sees the pseudo-data's information only
+        refit = partial(fit_information, weighted, layout, measured, searched, shares is not None, released)
     return Start(
         unit,
         responded,
@@ -395,12 +406,12 @@ def run_stages(
 
     keys = jax.random.split(key)
 
-    def responded(cloud: pseudo.Cloud) -> pseudo.Pseudo:
-        return begin.with_responses(cloud, base)
+    def responded(cloud: pseudo.Cloud, factored: bool = True) -> pseudo.Pseudo:
+        return begin.with_responses(cloud, base, factored)
 
     def search(_: None) -> pseudo.Cloud:
         return pseudo.search_scales(
-            lambda cloud: objectives.coarse_in_mass(responded(cloud), base, keys[0]),
+            lambda cloud: objectives.coarse_in_mass(responded(cloud, False), base, keys[0]),
             begin.params.cloud,
             begin.searched,
             begin.located,
@@ -423,10 +434,13 @@ def run_stages(
     def free(stage: CloudStage) -> Array:
         return stage.all_draws & (not begin.stratified)
 
-    def fitted(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud) -> pseudo.Pseudo:
-        """The pseudo-data of the stage's cloud: free responses keep the shape the stage began with."""
+    def fitted(
+        stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud, factored: bool = False
+    ) -> pseudo.Pseudo:
+        """The pseudo-data of the stage's cloud: free responses keep the shape the stage began with;
+        ``factored`` for the next stage's parameters (see :func:`with_responses`), else for the objective."""
         cloud = cloud._replace(log_mass=jnp.where(stage.frozen_mass, scaled.log_mass, cloud.log_mass))
-        return tree_where(free(stage), pseudo.Pseudo(cloud, shape), responded(cloud))
+        return tree_where(free(stage), pseudo.Pseudo(cloud, shape), responded(cloud, factored))
 
     def cloud_objective(stage: CloudStage, shape: pseudo.Points, cloud: pseudo.Cloud, k: Array) -> Array:
         params = fitted(stage, shape, cloud)
@@ -460,7 +474,8 @@ def run_stages(
             patience=2,  # Newton converges quadratically: two calm steps in a row are the end
             limit=stage.limit,
         )
-        return final.params, (fitted(stage, begun.points, final.params), values, records, taken, cloud, fit)
+        ended = fitted(stage, begun.points, final.params, factored=True)
+        return final.params, (ended, values, records, taken, cloud, fit)
 
     table = CloudStage(
         limit=jnp.where(warm, jnp.asarray([0, 0, stage_steps[2]]), jnp.asarray(stage_steps[:3])),

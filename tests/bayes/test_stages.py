@@ -144,7 +144,7 @@ def test_a_response_is_a_coordinate_an_observed_site_depends_on_alone_directly_o
 def test_every_point_starts_on_its_predicted_response_even_where_the_predictive_has_two_modes():
     """The refitted cloud has the predicted points' mean and covariance, and the points' residuals put
     each on its own draw: a mixture's two modes survive (a Gaussian cloud alone had one), and a Gaussian
-    response needs no residual at all."""
+    response needs no residual at all. Unfactored (as the objectives take them), the same points."""
 
     def mixture(x, y=None):
         gap = numpyro.sample("gap", dist.HalfNormal(10.0))
@@ -166,7 +166,14 @@ def test_every_point_starts_on_its_predicted_response_even_where_the_predictive_
     for model, params in ((mixture, {"gap": jnp.asarray(8.0)}), (line, {"b": jnp.asarray(2.0)})):
         _, predict = response_predictor(model, layout, {}, params)
         start = with_responses(layout, (1,), predict, None, cloud, base)
-        points, _ = pseudo.measure(layout, start, base)
+        points, weights = pseudo.measure(layout, start, base)
+        # the objective's pseudo-data (the unit cloud, no factorisation): the same points and weights
+        unfactored = with_responses(layout, (1,), predict, None, cloud, base, factored=False)
+        assert not np.any(unfactored.cloud.lower) and not np.any(unfactored.cloud.log_diag)
+        for got, want in zip(pseudo.measure(layout, unfactored, base), (points, weights), strict=True):
+            jax.tree_util.tree_map(
+                lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12), got, want
+            )
         drawn = predicted(predict, layout, {"x": points["x"]}, base[:, 1:])["y"]
         np.testing.assert_allclose(points["y"], drawn, atol=1e-9)
         residual = np.abs(np.asarray(start.points.residual)).max()
