@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import jax
 import numpy as np
 
 from bayes_recon.divergence import Coordinates
@@ -290,7 +289,7 @@ class _OracleCurve:
         coordinates = self.setup.coordinates
         theta = coordinates.to_model(self.setup.draws[:n])
         own = Coordinates.standardised(theta)  # as the attack on n draws would standardise them
-        probe = self.setup.layout.probe(jax.random.PRNGKey(0), PROBE_POINTS)
+        probe = self.setup.layout.probe(0, PROBE_POINTS)
         oracle = linear_gaussian_oracle(
             self.setup.weighted_model, self.spec, own.to_attack(theta), own, probe
         )

@@ -134,7 +134,7 @@ def remaining_leakage(
     n_draws = perturbation.draws or int(setup.draws.shape[0])
     theta = posterior_from_statistics(setup, spec, stats, n_draws, perturbation.seed)
     coordinates = Coordinates.standardised(jnp.asarray(theta))
-    probe = setup.layout.probe(jax.random.PRNGKey(perturbation.seed), PROBE_POINTS)
+    probe = setup.layout.probe(perturbation.seed, PROBE_POINTS)
     oracle = linear_gaussian_oracle(
         setup.weighted_model, spec, coordinates.to_attack(jnp.asarray(theta)), coordinates, probe
     )

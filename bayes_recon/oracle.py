@@ -153,7 +153,7 @@ def oracle_for(
     if coordinates is not None:
         theta = setup.coordinates.to_model(draws)
         draws = coordinates.to_attack(theta)
-    probe = setup.layout.probe(jax.random.PRNGKey(seed), PROBE_POINTS)
+    probe = setup.layout.probe(seed, PROBE_POINTS)
     return linear_gaussian_oracle(
         setup.weighted_model, spec, draws, coordinates or setup.coordinates, probe, n_bootstrap, seed
     )

@@ -556,7 +556,7 @@ def reconstruct(
             jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1), config.rescue_restarts),
         ]
     )
-    bases = jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim))(keys)
+    bases = jax.jit(jax.vmap(lambda k: pseudo.base_points(k, n_points, layout.dim)))(keys)
     begin = make_start(weighted, layout, theta, n_points, estimator, config)
     # the last of the first restarts refits its cloud to the release's information (see run_stages)
     refits = np.arange(len(keys)) == (config.restarts - 1 if begin.refit is not None else -1)

@@ -278,7 +278,7 @@ def share_strata(
 def stratum_shares(weighted: WeightedModel, layout: pseudo.Layout, theta_mean: Array) -> StratumShares | None:
     """The model's predictive over the strata of its discrete responses, at the draws' mean (unconstrained);
     None without discrete responses."""
-    probe = layout.probe(jax.random.PRNGKey(0), PROBE_ROWS)
+    probe = layout.probe(0, PROBE_ROWS)
     responses = set(observed_sites(weighted.model, weighted.fixed, probe))
     bits = [name in responses for name, width in layout.widths(True).items() for _ in range(width)]
     if not any(bits):

@@ -88,7 +88,7 @@ def observed_columns(
     probed with the ``given`` columns on their supports (a binomial's trials as a free count: on the
     reals the model fails, and its response would have been taken for real)."""
     layout = pseudo.Layout(dict(shapes), dict(given or {}))
-    probe = {k: np.asarray(v) for k, v in layout.probe(jax.random.PRNGKey(1), 3).items()}
+    probe = {k: np.asarray(v) for k, v in layout.probe(1, 3).items()}
     try:  # NumPyro validates by default: relaxed counts as a binomial's trials fail it, the attack's do not
         with numpyro.validation_enabled(False):
             trace = handlers.trace(
