@@ -438,8 +438,7 @@ def fit_cloud(cloud: Cloud, z: Array, weights: Array) -> Cloud:
 
 def whiten(cloud: Cloud, z: Array) -> Array:
     """The cloud's base-point coordinates of the points z (C, M, D): the inverse of its affine map, by
-    triangular solves (an inverse by LU, differentiated three times in the stages, was a tenth of a
-    normal regression's round program)."""
+    triangular solves (the scale is lower-triangular)."""
 
     def solve(scale: Array, centred: Array) -> Array:
         return jax.scipy.linalg.solve_triangular(scale, centred.T, lower=True).T

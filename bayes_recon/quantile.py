@@ -57,9 +57,9 @@ SCORE_BOUND = 7.034483825  # −Φ⁻¹(LEVEL_BOUND): the same bound on normal s
 
 def quantile(fn: Distribution, score: Array) -> Array:
     """The quantile of ``fn`` at the level Φ(score), the score clipped to ±SCORE_BOUND: in closed form in
-    the score for a normal, a lognormal and the stand-ins of a gamma and a Student-t (:data:`IN_SCORES`);
-    else ``fn.icdf``, the bisected quantile of a continuous ``fn`` without one, a count's relaxed quantile
-    (:func:`relaxed_count_quantile`); other discrete supports raise NotImplementedError. An expanded,
+    the score for a normal, a lognormal and the stand-ins of a gamma and a Student-t (:data:`IN_SCORES`)
+    and of a count (:func:`relaxed_count_quantile`); else ``fn.icdf``, or the bisected quantile of a
+    continuous ``fn`` without one; other discrete supports raise NotImplementedError. An expanded,
     independent or masked distribution's is its base's, broadcast: NumPyro gives them neither ``icdf``
     nor ``cdf``, and a plate expands a response whose parameters have no row dimension (y ~ Normal(μ, σ)).
 
@@ -77,7 +77,7 @@ def quantile(fn: Distribution, score: Array) -> Array:
         return fn.icdf(u)
     except (NotImplementedError, ImportError):
         if fn.support.is_discrete:
-            return relaxed_count_quantile(fn, u)
+            return relaxed_count_quantile(fn, score)
     return jax.lax.custom_root(
         lambda y: fn.cdf(y) - u,
         jnp.zeros_like(u),
@@ -107,22 +107,23 @@ IN_SCORES: dict[type, Callable[[Distribution, Array], Array]] = {
 }
 
 
-def relaxed_count_quantile(fn: Distribution, u: Array) -> Array:
-    """Quantile of the lognormal with a count's mean and variance, shifted to its lower bound: smooth in
-    the count's parameters, so the stages can differentiate the predicted responses twice.
+def relaxed_count_quantile(fn: Distribution, score: Array) -> Array:
+    """Quantile at Φ(score) of the lognormal with a count's mean and variance, shifted to its lower bound:
+    smooth in the count's parameters, so the stages can differentiate the predicted responses twice.
 
     A zero-inflated count puts its gate's share exactly at 0 and the rest through its base count's
     stand-in: the lognormal of the mixture's mean and variance has no atom, and the gate's atom is the
     likelihood's only at 0 (between 0 and 1 it is interpolated: :func:`bayes_recon.weighting.between_counts`).
     """
     if isinstance(fn, ZeroInflatedProbs):
+        u = ndtr(score)
         gate = jnp.broadcast_to(fn.gate, u.shape)
         beyond = jnp.clip((u - gate) / (1.0 - gate), LEVEL_BOUND, 1 - LEVEL_BOUND)  # the level in the base
-        rest = relaxed_count_quantile(fn.base_dist, beyond)
+        rest = relaxed_count_quantile(fn.base_dist, ndtri(beyond))
         return jnp.where(u < gate, 0.0, rest)
     if not isinstance(fn.support, constraints._IntegerGreaterThan):
         raise NotImplementedError(f"no quantile for the discrete support {fn.support}")
-    return _lognormal_quantile(fn.mean, fn.variance, fn.support.lower_bound, ndtri(u))
+    return _lognormal_quantile(fn.mean, fn.variance, fn.support.lower_bound, score)
 
 
 # The stand-in's logit stays within ±LOGIT_BOUND, where sigmoid and logit still invert each other in
