@@ -230,17 +230,17 @@ class Layout:
         """n random points spread over the supports (for spans of statistics), from numpy's generator
         seeded with ``seed``: the checks of a model call it before the attack, where JAX's random
         numbers were two dozen small compilations (1.2 s of kidiq's 5 s of checks)."""
-        rng = np.random.default_rng(seed)
+        return self.assemble(*self.probe_coordinates(np.random.default_rng(seed), n))
+
+    def probe_coordinates(self, rng: np.random.Generator, n: int) -> tuple[Array, Array]:
+        """The unconstrained coordinates (n, dim) and discrete values (n, B) of :meth:`probe`'s points."""
         z, rows = 2.0 * rng.standard_normal((n, self.dim)), rng.integers(len(self.strata), size=n)
-        return self.assemble(jnp.asarray(z), jnp.asarray(np.asarray(self.strata)[rows]))
+        return jnp.asarray(z), jnp.asarray(np.asarray(self.strata)[rows])
 
     def random_bits(self, key: Array, n: int) -> Array:
         """(n, B) discrete values drawn from ``strata``: indicators of one variable are never 1 together
         (statistics of such rows are out of the data's reach)."""
-        strata = self.strata
-        if len(strata) == 1:  # no choice to draw (and no small programs to compile for it)
-            return jnp.broadcast_to(strata[0], (n, self.discrete_dim))
-        return strata[jax.random.randint(key, (n,), 0, len(strata))]
+        return self.strata[jax.random.randint(key, (n,), 0, len(self.strata))]
 
 
 def base_points(key: Array, n_points: int, dim: int) -> Array:

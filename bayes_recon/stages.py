@@ -86,7 +86,7 @@ class Response(NamedTuple):
 
 
 def response_coordinates(
-    model: Callable, fixed: Mapping[str, Any], layout: pseudo.Layout, key: Array
+    model: Callable, fixed: Mapping[str, Any], layout: pseudo.Layout, seed: int
 ) -> dict[int, Response]:
     """The continuous coordinates that are responses: an observed site's element, in every row, depends on
     that coordinate of its own row and on nothing else (kid_score; log(earn) for a column earn; an
@@ -96,9 +96,8 @@ def response_coordinates(
     row must give the unit tangent's derivative times it (its own row only, nowhere zero), and along
     every other coordinate none.
     """
-    k1, k2, k3 = jax.random.split(key, 3)
-    z = 2.0 * jax.random.normal(k1, (PROBE_ROWS, layout.dim))
-    bits = layout.random_bits(k2, PROBE_ROWS)
+    rng = np.random.default_rng(seed)
+    z, bits = layout.probe_coordinates(rng, PROBE_ROWS)
     values = observed_values(model, fixed)
 
     def observed(z: Array) -> dict[str, Array]:  # integer values (a binomial count) have no derivative
@@ -113,7 +112,7 @@ def response_coordinates(
         name: np.asarray(v).reshape(PROBE_ROWS, -1) for name, v in layout.assemble(z, bits).items()
     }
     owner = [(name, i) for name, width in layout.widths(False).items() for i in range(width)]
-    row_tangent = jax.random.uniform(k3, (PROBE_ROWS,), minval=0.5, maxval=1.5)
+    row_tangent = jnp.asarray(rng.uniform(0.5, 1.5, PROBE_ROWS))
     units = [along(jnp.zeros_like(z).at[:, d].set(1.0)) for d in range(layout.dim)]
     found = {}
     for d in range(layout.dim):
@@ -149,7 +148,7 @@ def response_predictor(
     coordinate the model observes through a transform (log(earn)) is solved for the drawn value
     (:func:`bayes_recon.quantile.preimage`).
     """
-    found = response_coordinates(model, fixed, layout, jax.random.PRNGKey(0))
+    found = response_coordinates(model, fixed, layout, 0)
     responses = tuple(sorted(found))
     run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
 
@@ -179,13 +178,13 @@ def response_predictor(
 
     if not responses:
         return (), None
-    probe = 2.0 * jax.random.normal(jax.random.PRNGKey(1), (PROBE_ROWS, layout.dim))
-    bits = layout.random_bits(jax.random.PRNGKey(2), PROBE_ROWS)
-    noise = jnp.zeros((PROBE_ROWS, len(responses)))
+    real = jnp.result_type(float)
+    probe, noise = (jax.ShapeDtypeStruct((PROBE_ROWS, n), real) for n in (layout.dim, len(responses)))
+    bits = jax.ShapeDtypeStruct((PROBE_ROWS, layout.discrete_dim), layout.strata.dtype)
     for quantile_of in (quantile, moment_quantile):  # the model's quantile (or stand-in), else a logit-normal
         predictor = partial(predict, quantile_of=quantile_of)
         try:  # the stages differentiate the responses twice with respect to the covariates
-            jax.eval_shape(jax.hessian(lambda z, p=predictor: jnp.sum(p(z, bits, noise))), probe)
+            jax.eval_shape(jax.hessian(lambda z, b, e, p=predictor: jnp.sum(p(z, b, e))), probe, bits, noise)
         except Exception:  # no default argument, no quantile function, or one without derivatives
             continue
         return responses, predictor

@@ -120,15 +120,15 @@ def test_a_response_is_a_coordinate_an_observed_site_depends_on_alone_directly_o
         with numpyro.plate("data", window.shape[0]):
             numpyro.sample("y", dist.Normal(b * window[:, 1], 1.0), obs=window[:, 2])
 
-    key = jax.random.PRNGKey(0)
+    seed = 0
     earnings = pseudo.Layout({"x": (), "earn": ()}, {"earn": constraints.positive})
     log_earn = Response("log_earn", 0, False, "earn")
-    assert response_coordinates(log_response, {}, earnings, key) == {1: log_earn}
-    assert response_coordinates(difference, {}, pseudo.Layout({"x": (), "y": ()}, {}), key) == {}
+    assert response_coordinates(log_response, {}, earnings, seed) == {1: log_earn}
+    assert response_coordinates(difference, {}, pseudo.Layout({"x": (), "y": ()}, {}), seed) == {}
     counts = pseudo.Layout({"x": (), "y": ()}, {"y": constraints.integer_interval(0, 5)})
-    assert response_coordinates(binomial, {}, counts, key) == {}  # a count stratifies instead
+    assert response_coordinates(binomial, {}, counts, seed) == {}  # a count stratifies instead
     ar = pseudo.Layout({"window": (3,)}, {})
-    assert response_coordinates(windows, {}, ar, key) == {2: Response("y", 0, True, "window")}
+    assert response_coordinates(windows, {}, ar, seed) == {2: Response("y", 0, True, "window")}
 
     responses, predict = response_predictor(log_response, earnings, {}, {"b": jnp.asarray(2.0)})
     assert responses == (1,)
