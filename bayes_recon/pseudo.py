@@ -234,8 +234,9 @@ class Layout:
 
     def probe_coordinates(self, rng: np.random.Generator, n: int) -> tuple[Array, Array]:
         """The unconstrained coordinates (n, dim) and discrete values (n, B) of :meth:`probe`'s points."""
-        z, rows = 2.0 * rng.standard_normal((n, self.dim)), rng.integers(len(self.strata), size=n)
-        return jnp.asarray(z), jnp.asarray(np.asarray(self.strata)[rows])
+        strata = np.asarray(self.strata)
+        z, rows = 2.0 * rng.standard_normal((n, self.dim)), rng.integers(len(strata), size=n)
+        return jnp.asarray(z), jnp.asarray(strata[rows])
 
     def random_bits(self, key: Array, n: int) -> Array:
         """(n, B) discrete values drawn from ``strata``: indicators of one variable are never 1 together
