@@ -178,9 +178,10 @@ def response_predictor(
 
     if not responses:
         return (), None
-    real = jnp.result_type(float)
-    probe, noise = (jax.ShapeDtypeStruct((PROBE_ROWS, n), real) for n in (layout.dim, len(responses)))
-    bits = jax.ShapeDtypeStruct((PROBE_ROWS, layout.discrete_dim), real)
+    probe, bits, noise = (
+        jax.ShapeDtypeStruct((PROBE_ROWS, n), jnp.result_type(float))
+        for n in (layout.dim, layout.discrete_dim, len(responses))
+    )
     for quantile_of in (quantile, moment_quantile):  # the model's quantile (or stand-in), else a logit-normal
         predictor = partial(predict, quantile_of=quantile_of)
         try:  # the stages differentiate the responses twice with respect to the covariates

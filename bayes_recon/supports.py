@@ -237,7 +237,7 @@ def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.n
     unit spread, but its data are fine.
     """
     n = 16
-    spread = jnp.asarray(2.0 * np.random.default_rng(2).standard_normal((n, layout.dim)))
+    spread, _ = layout.probe_coordinates(np.random.default_rng(2), n)
     bits = jnp.broadcast_to(layout.strata[0], (n, layout.discrete_dim))
     # The others sit at their support's centre, or at 1 in their unconstrained space: a real column the
     # model takes the log of (log(y) observed, y undeclared) is −∞ at its centre 0, and every other
