@@ -51,7 +51,7 @@ CONFIG_OPTIONS = {
     "rounds_at_once": "rounds of restarts run side by side in threads (default: on a CPU one fewer than "
     "the cores, as memory allows; 1 on an accelerator; as many as the cores can hang)",
     "steps": "optimisation steps that move every point and weight (and polish them in each Frank–Wolfe "
-    "round)",
+    "round); past them L-BFGS goes on, to a cap, while it still gains what the draws can tell",
     "rescue_restarts": "restarts run when the best restart and the Frank–Wolfe rounds' result fail the "
     "self-check; the best of them is taken if it passes (0: none)",
     "refine_rounds": "Frank–Wolfe rounds on the best restart when it fails the self-check: points added "
@@ -546,9 +546,12 @@ RESTARTS_AGREE_BELOW = 0.05
 def describe_convergence(recon: Any) -> str:
     """Whether the attack's last step stopped on its own: the Frank–Wolfe rounds, where they ran, else the
     last stage of the best restart."""
-    converged, cap = recon.converged(), recon.config.steps
+    from bayes_recon.optimise import GAIN_WINDOW
+    from bayes_recon.stages import FINE_GAIN, LAST_STAGE_STRETCH
+
+    converged, steps = recon.converged(), recon.config.steps
     if converged is None:
-        return f"minibatches of draws: Adam ran all {cap} steps (it has no stopping rule)."
+        return f"minibatches of draws: Adam ran all {steps} steps (it has no stopping rule)."
     refined = "refine_converged" in recon.history
     if converged and refined:
         return (
@@ -556,7 +559,11 @@ def describe_convergence(recon: Any) -> str:
             "gain (to first order), or a round gained, less than the objective's Monte Carlo error."
         )
     if converged:
-        return "the last stage stopped when the objective stopped changing."
+        return (
+            "the last stage stopped when the objective stopped changing, or, past its first "
+            f"{steps} steps, when {GAIN_WINDOW} steps gained less than {number(FINE_GAIN)} of its Monte "
+            "Carlo error."
+        )
     if refined:
         capped = (
             f"NOT reached: all {recon.config.refine_rounds} Frank–Wolfe rounds ran and points that would "
@@ -565,9 +572,11 @@ def describe_convergence(recon: Any) -> str:
         remedy = f"--refine-rounds {2 * recon.config.refine_rounds}"
     else:
         capped = (
-            f"NOT reached: the last stage used all its {cap} steps while the objective was still changing"
+            f"NOT reached: the last stage used all its {LAST_STAGE_STRETCH * steps} steps while the "
+            f"objective was still falling by at least {number(FINE_GAIN)} of its Monte Carlo error in "
+            f"{GAIN_WINDOW} steps"
         )
-        remedy = f"--steps {4 * cap}"
+        remedy = f"--steps {4 * steps} (a cap of {LAST_STAGE_STRETCH * 4 * steps})"
     if _leaves_n_open(recon):
         return (
             f"{capped}, but on mass the release does not see (see determined): more steps would mostly "

@@ -59,6 +59,7 @@ class Objectives(NamedTuple):
 
     coarse: PseudoObjective
     full: PseudoObjective
+    full_error: PseudoObjective  # the Monte Carlo standard error of ``full`` (:func:`build_objective_error`)
     minibatch: PseudoObjective | None
     coarse_in_mass: MassQuadratic
     coarse_hessian: PseudoHessian
@@ -150,29 +151,18 @@ def metric_root(estimator: Estimator) -> Callable[[Array, Array | None], Array]:
     return lambda vector, v: vector
 
 
-def build_mass_quadratic(
-    problem: ScoreMatching,
-    draws: Array,
-    seed: int,
-    batch_size: int | None = None,
-) -> MassQuadratic:
-    """(params, base points, key) → (a, b, c): the score-matching objective of the weighted posterior
-    plus the information penalty, at t times the pseudo-data's weights, is a t² + b t + c (the weighted
-    log-likelihood is linear in the weights). From every point's own terms (:func:`point_terms`), in
-    forward derivatives only, with the penalty's scores among them: at t = 1 the value of
-    :func:`bayes_recon.divergence.score_matching_objective` of the weighted log density plus
-    :func:`information_penalty`, to rounding.
-
-    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key, the penalty
-    on them too; otherwise all draws with slices fixed once (from ``seed``), so it is deterministic.
-    """
+def _mass_terms(
+    problem: ScoreMatching, draws: Array, seed: int, batch_size: int | None
+) -> Callable[[pseudo.Pseudo, Array, Array], tuple[Array, Array, Array, Array]]:
+    """(params, base points, key) → the mass quadratic's a, b, c at every draw used (3 × (S,)) and the
+    information penalty (see :func:`build_mass_quadratic`)."""
     layout, estimator, n_slices = problem.layout, problem.estimator, problem.n_slices
     n_draws, dim = draws.shape
     fixed_slices = draw_slices(estimator, jax.random.PRNGKey(seed), n_draws, n_slices, dim)
     prior = prior_terms(problem)
     root = metric_root(estimator)
 
-    def quadratic(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array]:
+    def terms(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array, Array]:
         points, w = pseudo.measure(layout, params, base)
         at_once = max(1, GRADIENT_BUDGET // (w.shape[0] * dim * value_size(estimator, dim, n_slices)))
         on, slices = draws, fixed_slices
@@ -195,9 +185,46 @@ def build_mass_quadratic(
             )
 
         a, b, c, information = map_in_chunks(at_draw, (on, slices), at_once)
-        return jnp.mean(a), jnp.mean(b), jnp.mean(c) + penalty_of(jnp.mean(information, axis=0), dim)
+        return a, b, c, penalty_of(jnp.mean(information, axis=0), dim)
+
+    return terms
+
+
+def build_mass_quadratic(
+    problem: ScoreMatching,
+    draws: Array,
+    seed: int,
+    batch_size: int | None = None,
+) -> MassQuadratic:
+    """(params, base points, key) → (a, b, c): the score-matching objective of the weighted posterior
+    plus the information penalty, at t times the pseudo-data's weights, is a t² + b t + c (the weighted
+    log-likelihood is linear in the weights). From every point's own terms (:func:`point_terms`), in
+    forward derivatives only, with the penalty's scores among them: at t = 1 the value of
+    :func:`bayes_recon.divergence.score_matching_objective` of the weighted log density plus
+    :func:`information_penalty`, to rounding.
+
+    With ``batch_size`` the draws (and their slices) are a fresh random minibatch per key, the penalty
+    on them too; otherwise all draws with slices fixed once (from ``seed``), so it is deterministic.
+    """
+    terms = _mass_terms(problem, draws, seed, batch_size)
+
+    def quadratic(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array]:
+        a, b, c, penalty = terms(params, base, batch_key)
+        return jnp.mean(a), jnp.mean(b), jnp.mean(c) + penalty
 
     return jax.jit(quadratic)
+
+
+def build_objective_error(problem: ScoreMatching, draws: Array, seed: int) -> PseudoObjective:
+    """(params, base points, key) → the Monte Carlo standard error of :func:`build_objective`'s objective
+    on all draws (slices from ``seed``): its terms' sd over the draws / √S."""
+    terms = _mass_terms(problem, draws, seed, None)
+
+    def error(params: pseudo.Pseudo, base: Array, key: Array) -> Array:
+        a, b, c, _ = terms(params, base, key)
+        return jnp.std(a + b + c, ddof=1) / jnp.sqrt(a.shape[0])
+
+    return jax.jit(error)
 
 
 def build_objective(

@@ -1,10 +1,10 @@
-"""Minimise an objective over a pytree, as one jitted ``lax.scan``: Optax (L-BFGS, Adam) or damped Newton.
+"""Minimise an objective over a pytree, as one ``lax.while_loop``: Optax (L-BFGS, Adam) or damped Newton.
 
 An optimiser is a pair of pure functions in the optax/BlackJAX style: ``init`` builds a
-:class:`RunState` and ``step`` advances it by one update; :func:`minimise` scans ``step`` for a
-fixed number of updates and returns the final state with a per-step trace. The objective takes
-``(params, key)``: deterministic objectives ignore the key, minibatched ones draw their batch
-from it. L-BFGS and Newton need a deterministic objective; Adam takes either.
+:class:`RunState` and ``step`` advances it by one update; :func:`minimise` loops ``step`` up to a
+number of updates, stopping early by its rules, and returns the best state with a per-step trace.
+The objective takes ``(params, key)``: deterministic objectives ignore the key, minibatched ones draw
+their batch from it. L-BFGS and Newton need a deterministic objective; Adam takes either.
 
 Newton is for small parameter vectors (a few dozen): it is invariant to affine changes of the
 parameters, so it needs no knowledge of their scale, which is exactly what the attack lacks
@@ -95,6 +95,8 @@ def optax_optimiser(objective: Objective, config: OptimiserConfig, steps: int) -
     return Optimiser(init, step)
 
 
+# Past ``settle``'s steps (see :func:`minimise`): the steps over which the objective must gain enough.
+GAIN_WINDOW = 50
 STEP_SIZES = tuple(2.0**-k for k in range(9))  # 1, ½, … 1/256: backtracking's lengths, in order
 HESSIAN_BATCH = 8  # Hessian columns formed at once: bounds memory when the objective is large
 
@@ -193,6 +195,7 @@ def minimise(
     patience: int | None = None,
     hessian: Objective | None = None,
     limit: Array | None = None,
+    settle: tuple[int, Callable[[Any], Array]] | None = None,
 ) -> tuple[RunState, Array, Any, Array]:
     """Up to ``steps`` updates: the best state (the last for Adam), objective and ``record(params)``
     per step, and steps taken.
@@ -204,6 +207,13 @@ def minimise(
     callback, so the compiled program can go to JAX's persistent cache. ``limit``: a traced cap
     below ``steps`` (one compiled loop serving several stages).
     ``hessian``: Newton's Hessian, when not the objective's own by columns (see :func:`newton_optimiser`).
+    ``settle = (after, needed_gain)``: past ``after`` steps the loop goes on, up to ``steps``, only while
+    the last :data:`GAIN_WINDOW` steps lowered the lowest objective so far by at least
+    ``needed_gain(params)``, taken once at step ``after`` (the stages: a share of the objective's Monte
+    Carlo error, what the draws can tell); before GAIN_WINDOW steps, the steps so far by their share of
+    it. A needed gain that is not finite is none: the loop goes on while it does not lose.
+    Under ``vmap`` the needed gain is evaluated at every step (the loop's index differs between
+    restarts, so its ``lax.cond`` becomes a select).
     """
     if steps == 0:
         empty = jax.tree_util.tree_map(lambda leaf: jnp.zeros((0, *jnp.shape(leaf))), record(params))
@@ -221,28 +231,45 @@ def minimise(
         state: RunState
         best: RunState  # the lowest objective so far (deterministic objectives)
         values: Array
+        lowest: Array  # the lowest objective after each step, as ``values``
         records: Any
         calm: Array  # consecutive steps without change
+        needed: Array  # past ``settle``'s steps: what the last GAIN_WINDOW steps must gain to go on
 
     def body(loop: Loop) -> Loop:
         new = optimiser.step(loop.state)
+        needed = loop.needed
+        if settle is not None:
+            after, needed_gain = settle
+            needed = jax.lax.cond(loop.index + 1 == after, needed_gain, lambda _: needed, new.params)
+            needed = jnp.where(jnp.isfinite(needed), needed, 0.0)
         best = tree_where(new.value < loop.best.value, new, loop.best)
         still = jnp.abs(new.value - loop.state.value) <= tol * jnp.maximum(1.0, jnp.abs(new.value))
         calm = jnp.where(still & (not stochastic), loop.calm + 1, 0)
         rest = jnp.arange(steps) >= loop.index
         values = jnp.where(rest, new.value, loop.values)
+        lowest = jnp.where(rest, best.value, loop.lowest)
         now = record(new.params)
         records = jax.tree_util.tree_map(
             lambda trace, leaf: jnp.where(rest.reshape((-1,) + (1,) * jnp.ndim(leaf)), leaf, trace),
             loop.records,
             now,
         )
-        return Loop(loop.index + 1, new, best, values, records, calm)
+        return Loop(loop.index + 1, new, best, values, lowest, records, calm, needed)
 
     def cond(loop: Loop) -> Array:
-        return (loop.index < (steps if limit is None else jnp.minimum(steps, limit))) & (loop.calm < patience)
+        cap = steps if limit is None else jnp.minimum(steps, limit)
+        going = (loop.index < cap) & (loop.calm < patience)
+        if settle is None:
+            return going
+        span = jnp.minimum(loop.index, GAIN_WINDOW)  # fewer steps so far: the same rate of gain
+        lowest = loop.lowest
+        earlier = jnp.where(loop.index > GAIN_WINDOW, lowest[loop.index - 1 - GAIN_WINDOW], state.value)
+        gained = earlier - lowest[loop.index - 1]
+        return going & ((loop.index < settle[0]) | (gained >= loop.needed * span / GAIN_WINDOW))
 
-    start = Loop(jnp.asarray(0), state, state, values, records, jnp.asarray(0))
+    unset = jnp.full((), jnp.inf, state.value.dtype)
+    start = Loop(jnp.asarray(0), state, state, values, values, records, jnp.asarray(0), unset)
     final = jax.lax.while_loop(cond, body, start)
     if stochastic:  # a minibatch's value does not rank iterates
         return final.state, final.values, final.records, final.index

@@ -44,6 +44,7 @@ from bayes_recon.objective import (
     build_hessian,
     build_mass_quadratic,
     build_objective,
+    build_objective_error,
     build_point_derivatives,
     draw_slices,
     information_penalty,
@@ -56,7 +57,7 @@ from bayes_recon.optimise import OptimiserConfig
 from bayes_recon.precision import attack_numerics
 from bayes_recon.refine import build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
-from bayes_recon.stages import make_start, run_stages
+from bayes_recon.stages import LAST_STAGE_STRETCH, make_start, run_stages
 from bayes_recon.standard_errors import (
     FLATTER,
     Sandwich,
@@ -87,7 +88,10 @@ class ReconConfig:
     *cloud* alone (see :mod:`bayes_recon.pseudo`) on a random subset of ``coarse_draws`` draws —
     its location and scale at fixed mass, then with the total mass — which needs no knowledge of
     the data's scale (Newton is affine-invariant); ``coarse_steps`` more polish the cloud on every
-    draw; then up to ``steps`` of ``method`` (L-BFGS, or Adam) move every point and weight.
+    draw; then up to ``steps`` of ``method`` (L-BFGS, or Adam) move every point and weight, and L-BFGS
+    more, up to ``stages.LAST_STAGE_STRETCH`` times as many, while it still gains what the draws can tell
+    (``stages.FINE_GAIN`` of the objective's Monte Carlo standard error every ``optimise.GAIN_WINDOW``
+    steps).
     ``batch_size``: minibatches of draws in that last stage (forces Adam; no polish); ``max_draws``
     keeps the first draws only. Every stage stops early once the objective stops changing.
 
@@ -200,9 +204,12 @@ class ReconConfig:
 
     def stage_steps(self, located: bool, minibatched: bool) -> tuple[int, int, int, int]:
         """Step caps of the four stages: cloud shape (only with covariates of unknown location), cloud
-        with mass on the subset, cloud on every draw (not with minibatches), every point and weight."""
+        with mass on the subset, cloud on every draw (not with minibatches), every point and weight (L-BFGS:
+        past ``steps`` only while still gaining what the draws can tell, up to ``LAST_STAGE_STRETCH`` times
+        as many; Adam: ``steps``)."""
         coarse = self.coarse_steps
-        return (coarse if located else 0, coarse, 0 if minibatched else coarse, self.steps)
+        last = self.steps if minibatched or self.method == "adam" else LAST_STAGE_STRETCH * self.steps
+        return (coarse if located else 0, coarse, 0 if minibatched else coarse, last)
 
 
 class AttackSetup(NamedTuple):
@@ -259,8 +266,9 @@ class Reconstruction:
     def converged(self) -> bool | None:
         """Whether the Frank–Wolfe rounds stopped on their own (their gap, or a round's gain, under what the
         draws can tell: :data:`bayes_recon.refine.GAP`), not at ``config.refine_rounds``; without rounds,
-        whether the best restart's last stage stopped because its objective stopped changing, not at its
-        step cap (``config.steps``); None with minibatches of draws (Adam runs every step)."""
+        whether the best restart's last stage stopped because its objective stopped changing, or past
+        ``config.steps`` stopped gaining what the draws can tell, not at its step cap
+        (:meth:`ReconConfig.stage_steps`); None with minibatches of draws (Adam runs every step)."""
         batch = self.config.batch_size
         if batch is not None and batch < self.measure.meta["n_draws"]:
             return None
@@ -545,6 +553,7 @@ def reconstruct(
         return Objectives(
             coarse=build_objective(problem, coarse_draws, seed + 3),
             full=build_objective(problem, draws, seed + 1),
+            full_error=build_objective_error(problem, draws, seed + 1),
             minibatch=None if minibatch is None else build_objective(problem, draws, seed + 1, minibatch),
             coarse_in_mass=build_mass_quadratic(problem, coarse_draws, seed + 3),
             coarse_hessian=build_hessian(problem, coarse_draws, seed + 3),

@@ -723,7 +723,11 @@ def main() -> None:
     parser.add_argument("--points", type=whole_numbers(1), default=[10, 50], help="M per stratum (10,50)")
     parser.add_argument("--seeds", type=whole_numbers(0), default=[0, 1, 2], help="attack seeds (0,1,2)")
     parser.add_argument("--restarts", type=int, help="the attack's restarts (default: ReconConfig's)")
-    parser.add_argument("--steps", type=int, help="the last stage's step cap (default: ReconConfig's)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="ReconConfig.steps: the last stage's steps before its gain rule (default: ReconConfig's)",
+    )
     parser.add_argument("--cache", type=Path, default=CACHE, help="simulated data and NUTS draws")
     parser.add_argument("--registry", action="store_true", help="run the registry posteriors instead")
     parser.add_argument(

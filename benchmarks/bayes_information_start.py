@@ -56,6 +56,7 @@ from bayes_recon.objective import (
     build_hessian,
     build_mass_quadratic,
     build_objective,
+    build_objective_error,
 )
 from bayes_recon.posteriordb import load_posterior
 from bayes_recon.precision import attack_numerics
@@ -158,6 +159,7 @@ def run_posterior(name: str, database: Path, seeds: list[int], n_points: int, gr
             return Objectives(
                 coarse=build_objective(problem, coarse, seed + 3),
                 full=build_objective(problem, draws, seed + 1),
+                full_error=build_objective_error(problem, draws, seed + 1),
                 minibatch=None,
                 coarse_in_mass=build_mass_quadratic(problem, coarse, seed + 3),
                 coarse_hessian=build_hessian(problem, coarse, seed + 3),
