@@ -300,11 +300,11 @@ FINE_TOL = 1e-9
 # while every optimise.GAIN_WINDOW steps gain at least FINE_GAIN Monte Carlo se of the objective. A normal
 # mixture regression (N = 1,000, three covariates) stopped at step 150 with its mass 794 (true 1,000),
 # its objective 1.7 tolerances above the true data's, the self-check passed and N's standard error
-# (3.7 %) a fifth of its error: the sandwich's errors describe an optimum, and this was none. Its L-BFGS
+# (3.7 %) a seventh of its error: the sandwich's errors describe an optimum, and this was none. Its L-BFGS
 # gains in bursts (4-8 se in 25 steps) between stretches of under a tenth of one: at one se per 25 steps
 # it stopped in such a stretch at step 151; at a quarter of one per 50 it went on to mass 877, 0.89
 # tolerances above the true data's objective (within the truth bar), though N's standard error (3.7 %)
-# was still a third of its error (with 400 steps: mass 929, se 13.9 %). There the paired se of two
+# was still under a third of its error (with 400 steps: mass 929, se 13.9 %). There the paired se of two
 # measures' objectives on the same draws (the truth bar's) was half the objective's own. Every other row
 # of that suite that ran to the old cap crept by less and stops where it did, its result unchanged.
 FINE_GAIN = 0.25
