@@ -547,9 +547,10 @@ def describe_convergence(recon: Any) -> str:
     """Whether the attack's last step stopped on its own: the Frank–Wolfe rounds, where they ran, else the
     last stage of the best restart."""
     from bayes_recon.optimise import GAIN_WINDOW
-    from bayes_recon.stages import FINE_GAIN, LAST_STAGE_STRETCH
+    from bayes_recon.stages import FINE_GAIN
 
     converged, steps = recon.converged(), recon.config.steps
+    cap = recon.config.stage_steps(located=False, minibatched=False)[3]
     if converged is None:
         return f"minibatches of draws: Adam ran all {steps} steps (it has no stopping rule)."
     refined = "refine_converged" in recon.history
@@ -571,12 +572,12 @@ def describe_convergence(recon: Any) -> str:
         )
         remedy = f"--refine-rounds {2 * recon.config.refine_rounds}"
     else:
-        capped = (
-            f"NOT reached: the last stage used all its {LAST_STAGE_STRETCH * steps} steps while the "
-            f"objective was still falling by at least {number(FINE_GAIN)} of its Monte Carlo error in "
-            f"{GAIN_WINDOW} steps"
+        adam = recon.config.method == "adam"  # it has no stopping rule: its steps are its cap
+        falling = f"falling by at least {number(FINE_GAIN)} of its Monte Carlo error in {GAIN_WINDOW} steps"
+        capped = f"NOT reached: the last stage used all its {cap} steps while the objective was still " + (
+            "changing" if adam else falling
         )
-        remedy = f"--steps {4 * steps} (a cap of {LAST_STAGE_STRETCH * 4 * steps})"
+        remedy = f"--steps {4 * steps}" + ("" if adam else f" (a cap of {4 * cap})")
     if _leaves_n_open(recon):
         return (
             f"{capped}, but on mass the release does not see (see determined): more steps would mostly "

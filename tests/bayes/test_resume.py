@@ -159,9 +159,10 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
     taken[:, 3] = settled.history["stage_steps"][3]
     capped = replace(settled, history={**settled.history, "steps_taken": taken})
     assert capped.converged() is False
-    assert "NOT reached" in describe_convergence(
-        capped
-    ) and "--steps 12 (a cap of 48)" in describe_convergence(capped)
+    said = describe_convergence(capped)
+    assert "NOT reached" in said and "all its 12 steps" in said and "--steps 12 (a cap of 48)" in said
+    adam = replace(capped, config=replace(capped.config, method="adam"))  # Adam's steps are its cap
+    assert "all its 3 steps while the objective was still changing" in describe_convergence(adam)
     kept = attack()  # the stages' result reproduces the release: no Frank–Wolfe rounds, the check kept
     assert kept.checked is not None and kept.checked[1].reproduces and "refine_objectives" not in kept.history
 
