@@ -21,6 +21,7 @@ from numpyro.distributions import constraints
 
 from bayes_recon import cli, pipeline
 from bayes_recon.cli import main
+from bayes_recon.reconstruct import ReconConfig
 from recon_core.measure import WeightedMeasure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     the best."""
     measure = WeightedMeasure({"y": np.zeros((4, 1))}, np.full(4, 25.0))
     recon = SimpleNamespace(
-        measure=measure, config=SimpleNamespace(steps=150, refine_rounds=4), converged=lambda: False,
+        measure=measure, config=ReconConfig(steps=150, refine_rounds=4), converged=lambda: False,
         restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]), unseen_mass=0.0,
         history={}, passed_over=lambda: 0,
     )  # fmt: skip
