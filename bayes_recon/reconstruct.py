@@ -441,7 +441,12 @@ class Reconstruction:
         # on the attack's draws and slices (seed + 1: those of its objective on every draw)
         derivatives = build_point_derivatives(problem, setup.draws, metadata["seed"] + 1)
         points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
-        return build_sandwich(derivatives, setup.layout, points, jnp.asarray(self.measure.weights))
+        terms, penalty = self._objective_parts()
+
+        def objective(data: Mapping[str, Array], weights: Array) -> Array:
+            return jnp.mean(terms(data, weights) + penalty(data))
+
+        return build_sandwich(derivatives, setup.layout, points, jnp.asarray(self.measure.weights), objective)
 
     def _objective_parts(
         self,

@@ -28,6 +28,12 @@ FLAT × the largest, not truncated: a nearly flat direction with noise along it 
 coincident points, a weightless point moved) carry no noise and add nothing. A negative eigenvalue
 (a direction the optimum did not settle in) counts by its size.
 
+The optimiser may stop short of the optimum (its last stage ends where progress falls under what the
+draws can tell, :data:`bayes_recon.stages.FINE_GAIN`, and a slow stretch of L-BFGS can look like that).
+The quadratic model then puts the optimum a step −H⁻¹ ∇J away (the same regularised inverse, ∇J the
+whole objective's gradient, penalty included); each statistic's move along it is a bias of the result
+and joins its standard error in quadrature (:func:`statistic_covariance`).
+
 The sandwich is a quadratic model of the objective at the optimum; along a long, curved valley it
 understates. :func:`tilted_moves` checks it one standard error out: it tilts the objective so that,
 were the model right, the optimum would move the statistic by exactly one standard error, and
@@ -80,8 +86,9 @@ Unpack = Callable[[Array], tuple[dict[str, Array], Array]]  # φ → (points, we
 
 class Sandwich(NamedTuple):
     """The sandwich at a measure: its parameters φ, the map back to (points, weights), the inverse of
-    the regularised Hessian, the per-draw gradients, centred, and the Hessian's null space: an
-    orthonormal basis (P, F) of the directions its unit-diagonal scaling (φ = scale · u) leaves flat."""
+    the regularised Hessian, the per-draw gradients, centred, the Hessian's null space: an
+    orthonormal basis (P, F) of the directions its unit-diagonal scaling (φ = scale · u) leaves flat,
+    and the step −H⁻¹ ∇J to the optimum of the objective's quadratic model (zero at an optimum)."""
 
     phi: Array
     unpack: Unpack
@@ -89,18 +96,34 @@ class Sandwich(NamedTuple):
     gradients: np.ndarray  # (S, P)
     scale: np.ndarray  # (P,)
     flat: np.ndarray  # (P, F), in u
+    step: np.ndarray  # (P,)
 
 
-def build_sandwich(derivatives: PointDerivatives, layout: Layout, points: Data, weights: Array) -> Sandwich:
+def build_sandwich(
+    derivatives: PointDerivatives,
+    layout: Layout,
+    points: Data,
+    weights: Array,
+    objective: Callable[[Data, Array], Array],
+) -> Sandwich:
     """The sandwich at the measure (``points``, ``weights``), from the objective's
-    :func:`bayes_recon.objective.build_point_derivatives` on the attack's draws and slices."""
+    :func:`bayes_recon.objective.build_point_derivatives` on the attack's draws and slices, and the
+    ``objective(points, weights)`` itself (penalty included), for its gradient."""
     phi, unpack, points_of = measure_parameters(layout, points, weights)
-    hessian, gradients = jax.jit(lambda p: derivatives(points_of, p, per_draw=True))(phi)
-    return sandwich_of(phi, unpack, np.asarray(hessian), np.asarray(gradients))
+
+    def derivatives_at(p: Array) -> tuple[Array, Array, Array]:
+        hessian, gradients = derivatives(points_of, p, per_draw=True)
+        return hessian, gradients, jax.grad(lambda q: objective(*unpack(q)))(p)
+
+    hessian, gradients, gradient = (np.asarray(a) for a in jax.jit(derivatives_at)(phi))
+    return sandwich_of(phi, unpack, hessian, gradients, gradient)
 
 
-def sandwich_of(phi: Array, unpack: Unpack, hessian: np.ndarray, gradients: np.ndarray) -> Sandwich:
-    """The sandwich from the objective's Hessian (P, P) and the draws' terms' gradients (S, P) at ``phi``."""
+def sandwich_of(
+    phi: Array, unpack: Unpack, hessian: np.ndarray, gradients: np.ndarray, gradient: np.ndarray
+) -> Sandwich:
+    """The sandwich from the objective's Hessian (P, P), the draws' terms' gradients (S, P) and the
+    objective's gradient (P,) at ``phi``."""
     diagonal = np.abs(np.diag(hessian))
     scale = 1 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
     eigenvalues, vectors = np.linalg.eigh(scale[:, None] * (hessian + hessian.T) / 2 * scale)
@@ -109,18 +132,24 @@ def sandwich_of(phi: Array, unpack: Unpack, hessian: np.ndarray, gradients: np.n
     inverse = (vectors / (magnitude + floor)) @ vectors.T
     inverse = scale[:, None] * inverse * scale
     flat = vectors[:, magnitude <= floor]
-    return Sandwich(phi, unpack, inverse, gradients - gradients.mean(axis=0), scale, flat)
+    centred = gradients - gradients.mean(axis=0)
+    return Sandwich(phi, unpack, inverse, centred, scale, flat, -inverse @ gradient)
 
 
 def statistic_covariance(
     sandwich: Sandwich, statistic: Callable[[Data, Array], Array]
 ) -> tuple[np.ndarray, np.ndarray]:
     """A differentiable statistic of the measure, ``statistic(points, weights)`` (K,), at the sandwich's
-    measure, and its Monte Carlo covariance (K, K) by the delta method. A variance that cannot be had
-    (the objective's derivatives at the measure are not finite) is infinite, not NaN: nothing is known
-    of that statistic (its covariances stay NaN). A Poisson's rate written exp(η) does that at a
-    pseudo-point where η < −177 at some draw: the fourth derivatives of log(exp(η)) divide by the rate's
-    fourth power, which underflows."""
+    measure, and its Monte Carlo covariance (K, K) by the delta method, with the outer square of its
+    move along the sandwich's step added: where the measure is short of the optimum the errors describe,
+    the distance the quadratic model puts ahead is a bias of the result, and counts as one. A mixture
+    (N = 1,000, three covariates, M = 50) whose last stage stopped in a flat stretch of its progress had
+    N 12 % short with a standard error of 3.7 %; the step put N's optimum 13 % further, which the truth
+    was. At an optimum the step is zero and adds nothing. A variance that cannot be had (the objective's
+    derivatives at the measure are not finite) is infinite, not NaN: nothing is known of that statistic
+    (its covariances stay NaN). A Poisson's rate written exp(η) does that at a pseudo-point where
+    η < −177 at some draw: the fourth derivatives of log(exp(η)) divide by the rate's fourth power,
+    which underflows."""
 
     def at(p: Array) -> Array:
         return jnp.ravel(statistic(*sandwich.unpack(p)))
@@ -138,6 +167,8 @@ def statistic_covariance(
     covariance = influence.T @ influence / (n_draws * (n_draws - 1))
     inflation = np.sqrt(n_draws / effective_size(influence))
     covariance = covariance * np.outer(inflation, inflation)
+    ahead = np.asarray(jacobian) @ sandwich.step
+    covariance = covariance + np.outer(ahead, ahead)
     unknown = ~np.isfinite(np.diag(covariance))
     covariance[np.diag_indices_from(covariance)] = np.where(unknown, np.inf, np.diag(covariance))
     return np.asarray(value), covariance
