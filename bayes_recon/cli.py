@@ -752,10 +752,27 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
         runs = runs[0].upper() + runs[1:]
     loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN}
     if not loose:
-        return f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."
+        told = f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."
+    else:
+        told = (
+            f"{unseen}{runs}{_spread_words(recon, loose)}: the release does NOT determine these; read their "
+            "values as one data set it cannot tell from the truth, not as the truth."
+        )
+    return told + describe_shortfall(recon)
+
+
+def describe_shortfall(recon: Any) -> str:
+    """Where the attack stopped short of the optimum its standard errors describe by more than those errors
+    (:attr:`Reconstruction.shortfall`): which statistics still had that far to go, and what to do; empty
+    where none did. The optimiser's error, not the release's: it widens the result's error, not what the
+    release is said to determine."""
+    ahead = {k: v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]}
+    if not ahead:
+        return ""
     return (
-        f"{unseen}{runs}{_spread_words(recon, loose)}: the release does NOT determine these; read their "
-        "values as one data set it cannot tell from the truth, not as the truth."
+        " But the attack stopped short of that optimum: by the objective's quadratic model at the result, "
+        f"moving {_spread_words(recon, ahead)} would reach it, more than their standard errors; count that "
+        "in the result's error (result_errors in Python), or rerun with more --steps."
     )
 
 

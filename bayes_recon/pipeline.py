@@ -133,6 +133,7 @@ class PosteriorAttack:
             "self_check": jsonable(recon.self_check.to_json()),
             "restart_spread": jsonable(recon.restart_spread()),
             "standard_errors": jsonable(recon.standard_errors),
+            "shortfall": jsonable(recon.shortfall),
             "bootstrap_spread": jsonable(recon.bootstrap_spread()),
             "unseen_mass": jsonable(recon.unseen_mass),
             "responses": list(self.responses),

@@ -64,10 +64,12 @@ from bayes_recon.standard_errors import (
     build_sandwich,
     moment_errors,
     moment_moves,
+    moment_shortfall,
     statistic_covariance,
+    statistic_shortfall,
     tilted_moves,
 )
-from bayes_recon.weighting import WeightedModel
+from bayes_recon.weighting import Bandwidths, WeightedModel
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
 
@@ -355,8 +357,7 @@ class Reconstruction:
         objective``), so the true data's value and its Monte Carlo error come from the same draws and
         slices."""
         data = self.setup.layout.typed(points)
-        terms, penalty = self._objective_parts()
-        return np.asarray(jax.jit(terms)(data, jnp.asarray(weights)) + penalty(data))
+        return np.asarray(jax.jit(self._measure_terms())(data, jnp.asarray(weights)))
 
     @cached_property
     @attack_numerics
@@ -387,6 +388,28 @@ class Reconstruction:
         """Any differentiable statistic of the measure, ``statistic(points, weights)`` (K,) in JAX,
         at the result, and its Monte Carlo covariance (K, K) (see :attr:`standard_errors`)."""
         return statistic_covariance(self._sandwich, statistic)
+
+    @cached_property
+    @attack_numerics
+    def shortfall(self) -> dict[str, float]:
+        """How far N and every free coordinate's mean, sd and pairwise covariance still have to go to the
+        optimum that :attr:`standard_errors` describe, in their units and under their keys: the move
+        along the quadratic model's step to it (:func:`bayes_recon.standard_errors.moment_shortfall`);
+        zero at an optimum. The optimiser's error, not the release's: the result's whole error is
+        √(standard error² + shortfall²) (:attr:`result_errors`)."""
+        return moment_shortfall(self._sandwich, self.measure.points)
+
+    @property
+    def result_errors(self) -> dict[str, float]:
+        """The result's whole error, the draws' and the optimiser's: each of :attr:`standard_errors` and
+        :attr:`shortfall` in quadrature."""
+        ahead = self.shortfall
+        return {k: float(np.hypot(e, ahead[k])) for k, e in self.standard_errors.items()}
+
+    @attack_numerics
+    def statistic_shortfall(self, statistic: Callable[[Mapping[str, Array], Array], Array]) -> np.ndarray:
+        """Any differentiable statistic's :attr:`shortfall` (K,), signed, in its own units."""
+        return statistic_shortfall(self._sandwich, statistic)
 
     @cached_property
     @attack_numerics
@@ -423,14 +446,8 @@ class Reconstruction:
 
     def _terms_at_phi(self) -> Callable[[Array], Array]:
         """The attack's per-draw terms, the information penalty added to each, as a function of φ."""
-        terms, penalty = self._objective_parts()
-        unpack = self._sandwich.unpack
-
-        def terms_at(phi: Array) -> Array:
-            points, weights = unpack(phi)
-            return terms(points, weights) + penalty(points)
-
-        return terms_at
+        terms, unpack = self._measure_terms(), self._sandwich.unpack
+        return lambda phi: terms(*unpack(phi))
 
     @cached_property
     def _sandwich(self) -> Sandwich:
@@ -441,18 +458,18 @@ class Reconstruction:
         # on the attack's draws and slices (seed + 1: those of its objective on every draw)
         derivatives = build_point_derivatives(problem, setup.draws, metadata["seed"] + 1)
         points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
-        terms, penalty = self._objective_parts()
+        terms = self._measure_terms()
+        return build_sandwich(
+            derivatives,
+            setup.layout,
+            points,
+            jnp.asarray(self.measure.weights),
+            lambda data, weights: jnp.mean(terms(data, weights)),
+        )
 
-        def objective(data: Mapping[str, Array], weights: Array) -> Array:
-            return jnp.mean(terms(data, weights) + penalty(data))
-
-        return build_sandwich(derivatives, setup.layout, points, jnp.asarray(self.measure.weights), objective)
-
-    def _objective_parts(
-        self,
-    ) -> tuple[Callable[[Mapping[str, Array], Array], Array], Callable[[Mapping[str, Array]], Array]]:
-        """The objective as the attack computes it, on its draws and slices: (its per-draw terms at a
-        measure, the information penalty at its points)."""
+    def _measure_terms(self) -> Callable[[Mapping[str, Array], Array], Array]:
+        """The objective as the attack computes it, on its draws and slices: its per-draw terms (S,) at a
+        measure (points, weights), the information penalty at its points added to each."""
         setup, metadata = self.setup, self.measure.meta
         n_draws, dim = setup.draws.shape
         estimator = metadata["estimator"]
@@ -461,19 +478,21 @@ class Reconstruction:
         )
         size = dim * value_size(estimator, dim, self.config.n_slices)
 
-        def terms(data: Mapping[str, Array], weights: Array) -> Array:
-            bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, data, setup.draws)
+        def terms(data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths) -> Array:
             log_q = setup.coordinates.pull_back(
                 lambda th: setup.weighted_model.log_density(th, data, weights, bandwidths)
             )
             at_once = max(1, GRADIENT_BUDGET // (len(weights) * size))
             return score_matching_terms(log_q, setup.draws, slices, estimator, at_once)
 
-        def penalty(data: Mapping[str, Array]) -> Array:
-            bandwidths = kink_bandwidths(setup.weighted_model, setup.coordinates, data, setup.draws)
-            return information_penalty(setup.weighted_model, setup.coordinates, setup.draws, data, bandwidths)
+        def with_penalty(data: Mapping[str, Array], weights: Array) -> Array:
+            weighted, coordinates, draws = setup.weighted_model, setup.coordinates, setup.draws
+            bandwidths = kink_bandwidths(weighted, coordinates, data, draws)
+            return terms(data, weights, bandwidths) + information_penalty(
+                weighted, coordinates, draws, data, bandwidths
+            )
 
-        return terms, penalty
+        return with_penalty
 
 
 @attack_numerics

@@ -86,6 +86,9 @@ class Findings:
     restarts_agreeing: int
     restart_spread: float
     standard_error: float  # the largest over N and the columns' moments (statistics_spread's units)
+    # the largest distance still to go to the optimum (Reconstruction.shortfall) among the statistics where
+    # it is beyond their standard error; 0 where it is nowhere
+    shortfall: float
     smaller: tuple[SmallerRelease, ...]
     whole: SmallerRelease  # the release itself, every draw, scored as the smaller ones are
     noisy: tuple[NoisyRelease, ...] | None
@@ -166,6 +169,7 @@ def findings(audit: Audit) -> Findings:
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
         standard_error=max(recon.standard_errors.values()),
+        shortfall=max((v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]), default=0.0),
         complete=check.polynomial,
         kernel_effective_rank=check.kernel_effective_rank,
     )
@@ -410,6 +414,12 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             if 2 * found.standard_error < DETERMINED_WITHIN
             else ": the release does not determine them all; read those values as one data set it "
             "cannot tell from the truth."
+        )
+        + (
+            " The attack stopped short of that optimum: some of them still had up to "
+            f"{percent(found.shortfall)} to go, more than their standard errors (rerun with more steps)."
+            if found.shortfall > 0
+            else ""
         )
     )
     return check, spread, determined

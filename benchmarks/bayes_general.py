@@ -25,9 +25,11 @@ the draws for every M (points per stratum) and seed and reports:
   value: how tightly the draws pin them down); for every family the covariates' weighted mean (its
   shift in true sd) and sd (its ratio to the true sd), reported without a bar;
 * the standard errors (``r.standard_errors``, ``r.statistic_covariance``: the sandwich at the
-  attack's optimum, from the draws alone) of N, the covariates' means and the sums Σ y, Σ y·x_j, and
-  each error against the truth in those units (z); the table counts the |z| ≤ 2 (an error its
-  standard error covers; about 95 % of them if the standard errors are right); the unseen mass
+  attack's optimum, from the draws alone) of N, the covariates' means and the sums Σ y, Σ y·x_j, with
+  what the optimiser left to go to that optimum (``r.shortfall``, ``r.statistic_shortfall``) in
+  quadrature (``r.result_errors``; the table's "se % N"), and each error against the truth in those
+  units (z); the table counts the |z| ≤ 2 (an error its error covers; about 95 % of them if the errors
+  are right); the unseen mass
   (``r.unseen_mass``: the share of the mass on pseudo-points the release barely sees; from 0.2 the CLI
   says N is not determined);
 * every restart's measure information (``history["information"]``) and how many restarts were passed
@@ -369,10 +371,11 @@ def sufficient_sums(points: Mapping[str, Any], weights: Any) -> jax.Array:
 
 
 def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dict[str, Any]:
-    """The Monte Carlo standard errors of the recovered statistics (``Reconstruction.standard_errors``,
-    ``statistic_covariance`` for Σ y and Σ y·x_j) and each error in their units (z): a z within ±2 is an
-    error the reported standard error covers."""
-    errors = result.standard_errors
+    """The recovered statistics' errors: the Monte Carlo standard errors (``Reconstruction.standard_errors``,
+    ``statistic_covariance`` for Σ y and Σ y·x_j), what the optimiser left to go (``shortfall``,
+    ``statistic_shortfall``), both together (``result_errors``), and each error in the units of the last
+    (z): a z within ±2 is an error the reported errors cover."""
+    errors = result.result_errors
     n_x = len(recovered["x_mean"])
     mass_se = errors["total_mass"] * recovered["mass"]
     mean_se = np.array([errors[f"mean[{i}]"] for i in range(n_x)]) * recovered["x_sd"]  # X comes first
@@ -383,10 +386,17 @@ def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dic
             for i in range(n_x)
         },
     }
-    out: dict[str, Any] = {"standard_errors": errors, "mass_se": mass_se, "x_mean_se": mean_se}
+    out: dict[str, Any] = {
+        "standard_errors": result.standard_errors,
+        "shortfall": result.shortfall,
+        "result_errors": errors,
+        "mass_se": mass_se,
+        "x_mean_se": mean_se,
+    }
     if "sufficient_true" in recovered:
         _, covariance = result.statistic_covariance(sufficient_sums)
-        se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+        monte_carlo = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+        se = np.hypot(monte_carlo, result.statistic_shortfall(sufficient_sums))
         truth = recovered["sufficient_true"]
         out["sufficient_se"] = se / np.abs(truth)  # relative to the truth, as the errors
         for j, (estimate, true, error) in enumerate(zip(recovered["sufficient"], truth, se, strict=True)):
@@ -498,7 +508,8 @@ def run_line(run: dict) -> str:
         f"x mean shift {np.max(np.abs(run['x_mean_shift'])):.3f} sd, sd ratio "
         f"{np.min(run['x_sd_ratio']):.3f}-{np.max(run['x_sd_ratio']):.3f}  self-check "
         f"{'reproduces' if run['self_check']['reproduces'] else 'does NOT reproduce'}  "
-        f"N se {100 * run['standard_errors']['total_mass']:.1f} %, z {z_words(run)}  "
+        f"N se {100 * run['standard_errors']['total_mass']:.1f} % (with the shortfall "
+        f"{100 * run['result_errors']['total_mass']:.1f} %), z {z_words(run)}  "
         f"unseen mass {run['unseen_mass']:.2f}  "
         f"{bootstrap_words(run)}{run['seconds']:.1f} s  {run['peak_rss_mb']:.0f} MB"
         f"{'  last stage stopped at its step cap' if run.get('converged') is False else ''}"
@@ -544,7 +555,7 @@ def table_row(runs: list[dict]) -> str:
     )
     errors = f"  ({len(runs) - len(ok)} failed)" if len(ok) < len(runs) else ""
     covered = [abs(v) <= 2 for r in ok for v in r["z"].values()]
-    mass_se = np.mean([r["standard_errors"]["total_mass"] for r in ok])
+    mass_se = np.mean([r["result_errors"]["total_mass"] for r in ok])
     se = f"{100 * mass_se:.1f}; {sum(covered)}/{len(covered)}"
     return (
         f"{head}{ok[0]['points']:>5}  {spread([r['mass'] for r in ok]):<24}"
@@ -631,13 +642,14 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         row["information_fit"] = result.history["information_fit"].tolist()
         row["restarts_passed_over"] = result.passed_over()
         started = time.perf_counter()
-        errors = result.standard_errors
+        errors = result.result_errors
         mass, n_true = result.measure.total_mass(), len(np.asarray(data[entry.free[0]]))
         row["z_N"] = (mass - n_true) / (errors["total_mass"] * mass)
-        said = f"N se {100 * errors['total_mass']:.2f} %, z_N {row['z_N']:+.2f}, largest se " + (
-            f"{max(errors.values()):.3f}"
+        said = f"N se {100 * errors['total_mass']:.2f} % (shortfall included), z_N {row['z_N']:+.2f}, " + (
+            f"largest {max(errors.values()):.3f}, largest shortfall {max(result.shortfall.values()):.2g}"
         )
-        row["standard_errors"] = errors
+        row |= {"standard_errors": result.standard_errors, "shortfall": result.shortfall}
+        row["result_errors"] = errors
         row["standard_errors_seconds"] = time.perf_counter() - started
         print(
             f"{'':<32}truth bar {'met' if row['truth_bar'] else 'NOT met'}: J_attack − J_truth = "

@@ -98,7 +98,7 @@ def fake_reconstruct(monkeypatch):
             restart_objectives=np.array([-1.5]), at_best=lambda: np.array([True]), converged=lambda: True,
             passed_over=lambda: 0, rescued=lambda: 0,
             bootstrap={"objective": np.array([-1.4, -1.6])}, bootstrap_spread=lambda: {"total_mass": 0.02},
-            standard_errors={"total_mass": 0.02}, unseen_mass=0.0,
+            standard_errors={"total_mass": 0.02}, shortfall={"total_mass": 0.0}, unseen_mass=0.0,
             setup=SimpleNamespace(weighted_model=SimpleNamespace(model=model, fixed=fixed or {}),
                                   layout=SimpleNamespace(shapes=free, supports=support or {})),
         )  # fmt: skip

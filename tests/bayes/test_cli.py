@@ -167,7 +167,8 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
     recon = SimpleNamespace(
         measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
         config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
-        bootstrap_spread=lambda: None, standard_errors={"total_mass": 0.01}, unseen_mass=0.0,
+        bootstrap_spread=lambda: None, standard_errors={"total_mass": 0.01}, shortfall={"total_mass": 0.0},
+        unseen_mass=0.0,
         converged=lambda: True,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
@@ -275,8 +276,15 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     class Result:  # what describe_determined and describe_bootstrap read from a Reconstruction
         measure = WeightedMeasure({"X": np.zeros((4, 2)), "y": np.zeros(4)}, np.ones(4))
 
-        def __init__(self, errors: dict[str, float], unseen_mass: float = 0.0, settled: bool = True) -> None:
+        def __init__(
+            self,
+            errors: dict[str, float],
+            unseen_mass: float = 0.0,
+            settled: bool = True,
+            shortfall: dict[str, float] | None = None,
+        ) -> None:
             self.standard_errors, self.unseen_mass, self.settled = errors, unseen_mass, settled
+            self.shortfall = {**dict.fromkeys(errors, 0.0), **(shortfall or {})}
             self.error_moves = {k: 21.0 if k == "total_mass" else math.nan for k in errors}
             self.tilted_standard_errors = {**errors, "total_mass": errors["total_mass"] * 21}
             self.bootstrap = {"objective": np.array([-2.0, -2.1])}
@@ -311,6 +319,15 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     assert "short of the optimum" not in said
     short = cli.describe_determined(Result(tight, settled=False))  # at the step cap: may understate
     assert short.startswith("the attack stopped short of the optimum (see convergence), so these may")
+    # stopped before the cap, but short of the optimum by more than N's error (and less than the mean's):
+    # the release still determines them; the distance still to go is the optimiser's, and named
+    ahead = cli.describe_determined(Result(tight, shortfall={"total_mass": 0.13, "mean[0]": 0.04}))
+    assert "the release determines them about that tightly. But the attack stopped short of that " in ahead
+    assert ahead.endswith(
+        "optimum: by the objective's quadratic model at the result, moving N by 13\u00a0% would reach it, "
+        "more than their standard errors; count that in the result's error (result_errors in Python), or "
+        "rerun with more --steps."
+    )
     # checked one error out (--check-errors): N's error is as far as a one-error tilt moved it
     tilted = cli.describe_determined(Result(tight), tilted=True)
     assert "(widened where a tilt worth one error moved a statistic further; see error check)" in tilted

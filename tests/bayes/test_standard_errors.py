@@ -24,8 +24,10 @@ from bayes_recon.standard_errors import (
     measure_parameters,
     moment_errors,
     moment_moves,
+    moment_shortfall,
     sandwich_of,
     statistic_covariance,
+    statistic_shortfall,
     tilted_moves,
 )
 from recon_core.errors import ReconError
@@ -82,23 +84,24 @@ def test_the_sandwich_gives_the_standard_error_of_a_mean_and_a_symmetry_adds_not
 
 
 @attack_numerics
-def test_a_measure_short_of_the_optimum_has_the_distance_to_it_in_its_error():
+def test_a_measure_short_of_the_optimum_has_the_distance_to_it_as_its_shortfall():
     """Stopped with Σ w x five standard errors short of the optimum (the points moved, the weights at
-    theirs), the error of Σ w x is the standard error and the distance ahead in quadrature: the
-    quadratic model's step finds the distance (the objective is quadratic in x, but not in the log-weights
-    the step also moves: 1.4 % over), and an error that describes the optimum alone would leave the
-    result five errors from where the draws put it."""
+    theirs), the quadratic model's step finds the distance (the objective is quadratic in x, but not in
+    the log-weights the step also moves: 1.4 % over), while the Monte Carlo error is the optimum's: an
+    error that described the optimum alone would leave the result five errors from where the draws put it.
+    At the optimum there is no shortfall."""
     theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
     sandwich, points = _sandwich(theta)
 
     def total(data, weights):
         return (weights @ data["x"])[None]
 
-    _, at_optimum = statistic_covariance(sandwich, total)
-    error = float(np.sqrt(at_optimum[0, 0]))
-    short = {"x": points["x"] - 5 * error / 2}
-    _, stopped = statistic_covariance(_black_box_sandwich(_terms_of(theta, 0.0), short), total)
-    assert np.sqrt(stopped[0, 0]) == pytest.approx(np.sqrt(26) * error, rel=0.03)
+    error = float(np.sqrt(statistic_covariance(sandwich, total)[1][0, 0]))
+    assert abs(statistic_shortfall(sandwich, total)[0]) < 1e-6 * error
+    short = _black_box_sandwich(_terms_of(theta, 0.0), {"x": points["x"] - 5 * error / 2})
+    assert statistic_shortfall(short, total)[0] == pytest.approx(5 * error, rel=0.05)
+    assert np.sqrt(statistic_covariance(short, total)[1][0, 0]) == pytest.approx(error, rel=0.02)
+    assert moment_shortfall(short, points)["mean[0]"] == pytest.approx(5 * error / 2, rel=0.05)
 
 
 @attack_numerics

@@ -42,6 +42,7 @@ def kidiq_like(error: float) -> Findings:
         restarts_agreeing=2,
         restart_spread=1e-7,
         standard_error=0.02,
+        shortfall=0.0,
         smaller=(SmallerRelease(100, 0, 6, 0.18),),
         whole=SmallerRelease(4000, 6 if error < 0.05 else 0, 6, error),
         noisy=(NoisyRelease(1.0, "laplace", 0.86, 0, 236.0), NoisyRelease(10.0, "laplace", 0.0092, 4, 9.4)),
@@ -236,6 +237,19 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     unbounded = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=float("inf"))).points)
     assert "by an unbounded amount" in unbounded["How sure the audit is"][2]
     assert "the release does not determine them all" in unbounded["How sure the audit is"][2]
+
+
+def test_an_attack_short_of_its_optimum_says_so_without_blaming_the_release():
+    """A shortfall beyond the standard errors is the optimiser's: the release is still said to determine
+    the statistics as tightly as its standard errors say, and the distance still to go is named."""
+    short = dict(headline(dataclasses.replace(kidiq_like(0.012), standard_error=0.03, shortfall=0.13)).points)
+    sure = short["How sure the audit is"][2]
+    assert "the release determines them about that tightly" in sure
+    assert sure.endswith(
+        "The attack stopped short of that optimum: some of them still had up to 13\u00a0% to go, more than "
+        "their standard errors (rerun with more steps)."
+    )
+    assert "stopped short" not in dict(headline(kidiq_like(0.012)).points)["How sure the audit is"][2]
 
 
 def test_n_counts_trials_where_the_attack_weighs_them():
