@@ -116,12 +116,12 @@ def build_sandwich(
         hessian, gradients = derivatives(points_of, p, per_draw=True)
         return hessian, gradients, jax.grad(lambda q: objective(*unpack(q)))(p)
 
-    hessian, gradients, gradient = (np.asarray(a) for a in jax.jit(derivatives_at)(phi))
-    return sandwich_of(phi, unpack, hessian, gradients, gradient)
+    hessian, gradients, objective_gradient = (np.asarray(a) for a in jax.jit(derivatives_at)(phi))
+    return sandwich_of(phi, unpack, hessian, gradients, objective_gradient)
 
 
 def sandwich_of(
-    phi: Array, unpack: Unpack, hessian: np.ndarray, gradients: np.ndarray, gradient: np.ndarray
+    phi: Array, unpack: Unpack, hessian: np.ndarray, gradients: np.ndarray, objective_gradient: np.ndarray
 ) -> Sandwich:
     """The sandwich from the objective's Hessian (P, P), the draws' terms' gradients (S, P) and the
     objective's gradient (P,) at ``phi``."""
@@ -134,7 +134,7 @@ def sandwich_of(
     inverse = scale[:, None] * inverse * scale
     flat = vectors[:, magnitude <= floor]
     centred = gradients - gradients.mean(axis=0)
-    return Sandwich(phi, unpack, inverse, centred, scale, flat, -inverse @ gradient)
+    return Sandwich(phi, unpack, inverse, centred, scale, flat, -inverse @ objective_gradient)
 
 
 def statistic_covariance(

@@ -120,8 +120,8 @@ def test_a_statistic_whose_variance_cannot_be_had_is_infinitely_uncertain():
     sandwich, points = _sandwich(0.3 + 2.0 * np.random.default_rng(0).normal(size=100))
     hessian = np.eye(len(sandwich.phi))
     hessian[0, 1] = hessian[1, 0] = np.nan
-    at_rest = np.zeros_like(sandwich.phi)
-    broken = sandwich_of(sandwich.phi, sandwich.unpack, hessian, sandwich.gradients, at_rest)
+    zero_gradient = np.zeros_like(sandwich.phi)
+    broken = sandwich_of(sandwich.phi, sandwich.unpack, hessian, sandwich.gradients, zero_gradient)
     _, covariance = statistic_covariance(broken, lambda data, w: jnp.stack([w @ data["x"], w.sum()]))
     assert np.all(np.diag(covariance) == np.inf)
     assert set(moment_errors(broken, points).values()) == {np.inf}
