@@ -655,7 +655,7 @@ def _spread_words(recon: Any, spread: dict[str, float]) -> str:
 
     def size(key: str, value: float) -> str:
         if not math.isfinite(value):
-            return "an unbounded amount"  # a standard error that is not finite
+            return "an unbounded amount"  # an error that is not finite
         if key.startswith("cov"):
             return f"{number(value)} (in correlation)"
         return f"{number(value)} sd" if key.startswith("mean") else percent(value)
@@ -758,21 +758,22 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
             f"{unseen}{runs}{_spread_words(recon, loose)}: the release does NOT determine these; read their "
             "values as one data set it cannot tell from the truth, not as the truth."
         )
-    return told + describe_shortfall(recon)
+    return told + describe_shortfall(recon, errors)
 
 
-def describe_shortfall(recon: Any) -> str:
-    """Where the attack stopped short of the optimum its standard errors describe by more than those errors
-    (:attr:`Reconstruction.shortfall`): which statistics still had that far to go, and what to do; empty
-    where none did. The optimiser's error, not the release's: it widens the result's error, not what the
-    release is said to determine."""
-    ahead = {k: v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]}
-    if not ahead:
+def describe_shortfall(recon: Any, errors: Mapping[str, float]) -> str:
+    """Where the attack stopped short of the optimum its standard errors describe by more than those
+    ``errors`` (:attr:`Reconstruction.shortfall`): which statistics reaching it would move, and what to
+    do; empty where none would move that far. The optimiser's error, not the release's: it does not
+    change what the release is said to determine."""
+    shortfall = {k: v for k, v in recon.shortfall.items() if v > errors[k]}
+    if not shortfall:
         return ""
     return (
-        " But the attack stopped short of that optimum: by the objective's quadratic model at the result, "
-        f"moving {_spread_words(recon, ahead)} would reach it, more than their standard errors; count that "
-        "in the result's error (result_errors in Python), or rerun with more --steps."
+        " The attack stopped short of the optimum these errors describe: by the objective's quadratic "
+        f"model at the result, reaching it would move {_spread_words(recon, shortfall)}, each more than "
+        "one error. That is the optimiser's error, not the release's (shortfall in the JSON); more steps "
+        f"may close it (--steps {4 * recon.config.steps})."
     )
 
 

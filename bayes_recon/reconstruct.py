@@ -403,8 +403,8 @@ class Reconstruction:
     def result_errors(self) -> dict[str, float]:
         """The result's whole error, the draws' and the optimiser's: each of :attr:`standard_errors` and
         :attr:`shortfall` in quadrature."""
-        ahead = self.shortfall
-        return {k: float(np.hypot(e, ahead[k])) for k, e in self.standard_errors.items()}
+        shortfall = self.shortfall
+        return {k: float(np.hypot(e, shortfall[k])) for k, e in self.standard_errors.items()}
 
     @attack_numerics
     def statistic_shortfall(self, statistic: Callable[[Mapping[str, Array], Array], Array]) -> np.ndarray:

@@ -416,13 +416,20 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             "cannot tell from the truth."
         )
         + (
-            " The attack stopped short of that optimum: some of them still had up to "
-            f"{percent(found.shortfall)} to go, more than their standard errors (rerun with more steps)."
+            " The attack stopped short of the optimum these errors describe: reaching it would move some "
+            f"of them by up to {_shortfall_size(found.shortfall)}, more than their standard errors; that "
+            "is the attack's error, not the release's (rerun with more --steps)."
             if found.shortfall > 0
             else ""
         )
     )
     return check, spread, determined
+
+
+def _shortfall_size(shortfall: float) -> str:
+    if not math.isfinite(shortfall):
+        return "an unbounded amount"
+    return f"{percent(shortfall)} (N as a share, means in sd, covariances in correlation)"
 
 
 def _advice(found: Findings, leaked: list[Quantity]) -> tuple[str, ...]:

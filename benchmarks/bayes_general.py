@@ -646,10 +646,13 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         mass, n_true = result.measure.total_mass(), len(np.asarray(data[entry.free[0]]))
         row["z_N"] = (mass - n_true) / (errors["total_mass"] * mass)
         said = f"N se {100 * errors['total_mass']:.2f} % (shortfall included), z_N {row['z_N']:+.2f}, " + (
-            f"largest {max(errors.values()):.3f}, largest shortfall {max(result.shortfall.values()):.2g}"
+            f"largest se {max(errors.values()):.3f}, largest shortfall {max(result.shortfall.values()):.2g}"
         )
-        row |= {"standard_errors": result.standard_errors, "shortfall": result.shortfall}
-        row["result_errors"] = errors
+        row |= {
+            "standard_errors": result.standard_errors,
+            "shortfall": result.shortfall,
+            "result_errors": errors,
+        }
         row["standard_errors_seconds"] = time.perf_counter() - started
         print(
             f"{'':<32}truth bar {'met' if row['truth_bar'] else 'NOT met'}: J_attack − J_truth = "

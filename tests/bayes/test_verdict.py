@@ -246,8 +246,14 @@ def test_an_attack_short_of_its_optimum_says_so_without_blaming_the_release():
     sure = short["How sure the audit is"][2]
     assert "the release determines them about that tightly" in sure
     assert sure.endswith(
-        "The attack stopped short of that optimum: some of them still had up to 13\u00a0% to go, more than "
-        "their standard errors (rerun with more steps)."
+        "The attack stopped short of the optimum these errors describe: reaching it would move some of "
+        "them by up to 13\u00a0% (N as a share, means in sd, covariances in correlation), more than their "
+        "standard errors; that is the attack's error, not the release's (rerun with more --steps)."
+    )
+    unbounded = dataclasses.replace(kidiq_like(0.012), standard_error=0.03, shortfall=float("inf"))
+    assert (
+        "would move some of them by up to an unbounded amount, more"
+        in dict(headline(unbounded).points)["How sure the audit is"][2]
     )
     assert "stopped short" not in dict(headline(kidiq_like(0.012)).points)["How sure the audit is"][2]
 
