@@ -161,7 +161,9 @@ def check_draws(
         if bad.any():
             rows = np.unique(np.nonzero(bad.reshape(len(values), -1))[0])
             first = np.argwhere(bad)[0]
-            where = f"{site}[{','.join(str(i + 1) for i in first[1:])}]" if len(first) > 1 else site
+            # the element as Stan and posteriordb name it; the draw as NumPy counts it
+            element = ",".join(str(i + 1) for i in first[1:])
+            where = f"{site}[{element}] (indices from 1)" if len(first) > 1 else site
             raise ReconError(
                 f"site {site!r} has {len(rows)} draw(s) with NaN or inf (first at draw {rows[0]}: "
                 f"{where} = {values[tuple(first)]}); drop those draws (or check the sampler's "

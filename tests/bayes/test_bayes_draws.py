@@ -195,7 +195,7 @@ def test_check_draws_names_the_site_and_first_bad_draw():
         check_draws(draws, EXPECTED)
     message = str(info.value)
     assert "'beta'" in message and "2 draw(s)" in message and "first at draw 17" in message
-    assert "NaN or inf" in message
+    assert "NaN or inf" in message and "beta[2] (indices from 1) = nan" in message
 
 
 def test_check_draws_missing_site():
