@@ -325,8 +325,11 @@ BAD_INPUT = [
         ["'beta' has draws of shape (3,) per draw", "(2,)"],
     ),
     (f"reconstruct {LINEAR_ARGS} --draws {{d}}/inf_sigma.npz", ["NaN or inf", "sigma = inf", "draw 7"]),
-    (f"reconstruct {LINEAR_ARGS} --draws {{d}}/nan.csv", ["NaN or inf", "beta[1] = nan", "draw 3"]),
-    (f"reconstruct {LINEAR_ARGS} --draws {{d}}/null.json", ["NaN or inf", "beta[1] = nan"]),
+    (
+        f"reconstruct {LINEAR_ARGS} --draws {{d}}/nan.csv",
+        ["NaN or inf", "beta[1] (indices from 1) = nan", "draw 3"],
+    ),
+    (f"reconstruct {LINEAR_ARGS} --draws {{d}}/null.json", ["NaN or inf", "beta[1] (indices from 1) = nan"]),
     (
         f"reconstruct {LINEAR_ARGS} --draws {{d}}/fit.npz {{d}}/fit.nc",
         ["several files are read as CmdStan CSV"],
