@@ -166,7 +166,12 @@ def statistic_shortfall(sandwich: Sandwich, statistic: Callable[[Data, Array], A
     put N's optimum 13 % further (the truth was 14 % further). For a kinked likelihood the step's
     gradient moves the kinks' bandwidths with the points while the Hessian holds them: a model of the
     distance, not a measurement."""
-    _, jacobian = _value_and_jacobian(sandwich, statistic)
+    return _along_step(sandwich, _value_and_jacobian(sandwich, statistic)[1])
+
+
+def _along_step(sandwich: Sandwich, jacobian: np.ndarray) -> np.ndarray:
+    """Statistics' moves (K,) along the sandwich's step, from their Jacobian (K, P); infinite where not
+    finite."""
     shortfall = jacobian @ sandwich.step
     return np.where(np.isfinite(shortfall), shortfall, np.inf)
 
@@ -356,10 +361,9 @@ def moment_errors(
 def moment_shortfall(sandwich: Sandwich, points: Data) -> dict[str, float]:
     """How far each of :func:`moment_errors`' statistics still has to go to the optimum
     (:func:`statistic_shortfall`, its size), in the same units and under the same keys."""
-    statistic = moments_of(list(points))
-    value, _ = _value_and_jacobian(sandwich, statistic)
+    value, jacobian = _value_and_jacobian(sandwich, moments_of(list(points)))
     with np.errstate(divide="ignore", invalid="ignore"):
-        shortfall = np.abs(statistic_shortfall(sandwich, statistic)) / _moment_units(points, value)
+        shortfall = np.abs(_along_step(sandwich, jacobian)) / _moment_units(points, value)
     return _finite_or_inf(_by_moment(points, shortfall))
 
 
