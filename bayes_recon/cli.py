@@ -548,6 +548,7 @@ def describe_convergence(recon: Any) -> str:
     last stage of the best restart."""
     from bayes_recon.optimise import GAIN_WINDOW
     from bayes_recon.stages import FINE_GAIN
+    from bayes_recon.verdict import closing_remedy
 
     converged, steps = recon.converged(), recon.config.steps
     cap = recon.config.stage_steps(located=False, minibatched=False)[3]
@@ -577,7 +578,7 @@ def describe_convergence(recon: Any) -> str:
         capped = f"NOT reached: the last stage used all its {cap} steps while the objective was still " + (
             "changing" if adam else falling
         )
-        remedy = f"--steps {4 * steps}" + ("" if adam else f" (a cap of {4 * cap})")
+        remedy = closing_remedy(recon) + ("" if adam else f" (a cap of {4 * cap})")
     if _leaves_n_open(recon):
         return (
             f"{capped}, but on mass the release does not see (see determined): more steps would mostly "
@@ -605,6 +606,8 @@ def describe_remedies(recon: Any, points: int) -> str:
     data's, with 10 points (0.37 above with 600 steps), and at mass 94 with 50, the self-check passed;
     of 1,000 rows and one covariate, at mass 50 (60 with 600 steps) and 965.
     """
+    from bayes_recon.verdict import closing_remedy, passed_over_words
+
     rows_each = number(recon.measure.total_mass() / len(recon.measure))
     remedies = [
         f"--points {5 * points} (each pseudo-point stands for about {rows_each} rows; a likelihood with a "
@@ -615,12 +618,10 @@ def describe_remedies(recon: Any, points: int) -> str:
         remedies.append(
             f"--refine-rounds {2 * rounds} (the Frank–Wolfe rounds ran out)"
             if "refine_converged" in recon.history
-            else f"--steps {4 * recon.config.steps} (the last stage stopped at its step cap)"
+            else f"{closing_remedy(recon)} (the last stage stopped at its step cap)"
         )
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
     if at_best < total:
-        from bayes_recon.verdict import passed_over_words
-
         remedies.append(
             f"--restarts {2 * total} (only {at_best} of {total} restarts reached the best objective"
             f"{passed_over_words(recon.passed_over())}, so a better one may have been missed)"
@@ -766,6 +767,8 @@ def describe_shortfall(recon: Any, errors: Mapping[str, float]) -> str:
     ``errors`` (:attr:`Reconstruction.shortfall`): which statistics reaching it would move, and what to
     do; empty where none would move that far. The optimiser's error, not the release's: it does not
     change what the release is said to determine."""
+    from bayes_recon.verdict import closing_remedy
+
     shortfall = {k: v for k, v in recon.shortfall.items() if v > errors[k]}
     if not shortfall:
         return ""
@@ -773,7 +776,7 @@ def describe_shortfall(recon: Any, errors: Mapping[str, float]) -> str:
         " The attack stopped short of the optimum these errors describe: by the objective's quadratic "
         f"model at the result, reaching it would move {_spread_words(recon, shortfall)}, each more than "
         "one error. That is the optimiser's error, not the release's (shortfall in the JSON); more steps "
-        f"may close it (--steps {4 * recon.config.steps})."
+        f"may close it ({closing_remedy(recon)})."
     )
 
 

@@ -99,6 +99,7 @@ class Findings:
     kernel_effective_rank: float = 0.0  # about how many directions of the data the release sees
     # restarts whose measure carried more information than a release can (Reconstruction.admissible)
     restarts_passed_over: int = 0
+    closer: str = "more --steps"  # the rerun that closes a shortfall (closing_remedy)
 
     def verdict(self, error: float) -> Verdict:
         if error < self.recovered_below:
@@ -118,6 +119,13 @@ def passed_over_words(count: int) -> str:
         f", and {count} {were} passed over for ending on points that carry more information than a "
         "release can"
     )
+
+
+def closing_remedy(recon: Any) -> str:
+    """The rerun that brings an attack that stopped short closer to its optimum: four times its steps; with
+    minibatches of draws, where Adam ends wherever their noise leaves it, also larger minibatches."""
+    steps = f"--steps {4 * recon.config.steps}"
+    return steps if recon.converged() is not None else f"{steps} or a larger --batch-size"
 
 
 def findings(audit: Audit) -> Findings:
@@ -170,6 +178,7 @@ def findings(audit: Audit) -> Findings:
         file_leaks=tuple(audit.file_leaks),
         standard_error=max(recon.standard_errors.values()),
         shortfall=max((v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]), default=0.0),
+        closer=closing_remedy(recon),
         complete=check.polynomial,
         kernel_effective_rank=check.kernel_effective_rank,
     )
@@ -418,7 +427,7 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         + (
             " The attack stopped short of the optimum these errors describe: reaching it would move some "
             f"of them by up to {_shortfall_size(found.shortfall)}, more than their standard errors; that "
-            "is the attack's error, not the release's (rerun with more --steps)."
+            f"is the attack's error, not the release's (rerun with {found.closer})."
             if found.shortfall > 0
             else ""
         )
