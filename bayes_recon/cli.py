@@ -555,18 +555,29 @@ def describe_convergence(recon: Any) -> str:
     if converged is None:
         return f"minibatches of draws: Adam ran all {steps} steps (it has no stopping rule)."
     refined = "refine_converged" in recon.history
-    if converged and refined:
+    gain = recon.remaining_gain
+    if converged and gain > FINE_GAIN:
+        stopped = (
+            "the Frank–Wolfe rounds stopped on their own" if refined else "the last stage stopped on its own"
+        )
+        capped = (
+            f"NOT reached: {stopped}, but the objective still falls by {number(gain)} of its Monte Carlo "
+            "error along the step of its quadratic model at the result (checked on the objective), more "
+            f"than the stopping rule's {number(FINE_GAIN)}"
+        )
+        remedy = f"--refine-rounds {2 * recon.config.refine_rounds}" if refined else closing_remedy(recon)
+    elif converged and refined:
         return (
             "the Frank–Wolfe rounds stopped when moving all the mass onto the best point searched would "
             "gain (to first order), or a round gained, less than the objective's Monte Carlo error."
         )
-    if converged:
+    elif converged:
         return (
             "the last stage stopped when the objective stopped changing, or, past its first "
             f"{steps} steps, when {GAIN_WINDOW} steps gained less than {number(FINE_GAIN)} of its Monte "
             "Carlo error."
         )
-    if refined:
+    elif refined:
         capped = (
             f"NOT reached: all {recon.config.refine_rounds} Frank–Wolfe rounds ran and points that would "
             "lower the objective were still found"
@@ -613,12 +624,12 @@ def describe_remedies(recon: Any, points: int) -> str:
         f"--points {5 * points} (each pseudo-point stands for about {rows_each} rows; a likelihood with a "
         "kink or several modes needs more of them than a Gaussian one)"
     ]
-    if recon.converged() is False and not _leaves_n_open(recon):
+    if recon.short_of_optimum() and not _leaves_n_open(recon):
         rounds = recon.config.refine_rounds
         remedies.append(
             f"--refine-rounds {2 * rounds} (the Frank–Wolfe rounds ran out)"
             if "refine_converged" in recon.history
-            else f"{closing_remedy(recon)} (the last stage stopped at its step cap)"
+            else f"{closing_remedy(recon)} (the last stage stopped short of the optimum)"
         )
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
     if at_best < total:
@@ -747,7 +758,7 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
         runs = (
             runs[:-2] + " (widened where a tilt worth one error moved a statistic further; see error check): "
         )
-    if recon.converged() is False:  # the sandwich describes an optimum; short of it, it may say too little
+    if recon.short_of_optimum():  # the sandwich describes an optimum; short of it, it may say too little
         runs = "the attack stopped short of the optimum (see convergence), so these may understate: " + runs
     if unseen:  # a sentence of its own
         runs = runs[0].upper() + runs[1:]

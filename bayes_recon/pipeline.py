@@ -134,6 +134,7 @@ class PosteriorAttack:
             "restart_spread": jsonable(recon.restart_spread()),
             "standard_errors": jsonable(recon.standard_errors),
             "shortfall": jsonable(recon.shortfall),
+            "remaining_gain": jsonable(recon.remaining_gain),
             "bootstrap_spread": jsonable(recon.bootstrap_spread()),
             "unseen_mass": jsonable(recon.unseen_mass),
             "responses": list(self.responses),

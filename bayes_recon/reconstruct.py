@@ -57,7 +57,7 @@ from bayes_recon.optimise import OptimiserConfig
 from bayes_recon.precision import attack_numerics
 from bayes_recon.refine import build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
-from bayes_recon.stages import LAST_STAGE_STRETCH, make_start, run_stages
+from bayes_recon.stages import FINE_GAIN, LAST_STAGE_STRETCH, make_start, run_stages
 from bayes_recon.standard_errors import (
     FLATTER,
     Sandwich,
@@ -278,6 +278,16 @@ class Reconstruction:
             return bool(self.history["refine_converged"])
         return bool(self.history["steps_taken"][self.best_restart, 3] < self.history["stage_steps"][3])
 
+    def short_of_optimum(self) -> bool | None:
+        """Whether the result is short of the optimum: the last step stopped at its cap (:meth:`converged`
+        False), or stopped on its own while the objective still falls along the sandwich's confirmed
+        step by more than the stopping rule's FINE_GAIN of its Monte Carlo error (:attr:`remaining_gain`);
+        None with minibatches of draws."""
+        converged = self.converged()
+        if converged is None:
+            return None
+        return not converged or self.remaining_gain > FINE_GAIN
+
     def at_best(self) -> np.ndarray:
         """Which restarts ended within 1 % (of its magnitude) of the best restart's objective (restarts,),
         among those whose measure is within the information bound (see :func:`reconstruct`)."""
@@ -394,10 +404,22 @@ class Reconstruction:
     def shortfall(self) -> dict[str, float]:
         """How far N and every free coordinate's mean, sd and pairwise covariance still have to go to the
         optimum that :attr:`standard_errors` describe, in their units and under their keys: the move
-        along the quadratic model's step to it (:func:`bayes_recon.standard_errors.moment_shortfall`);
-        zero at an optimum. The optimiser's error, not the release's: the result's whole error is
-        √(standard error² + shortfall²) (:attr:`result_errors`)."""
+        along the quadratic model's step to it, as far as the objective confirms that step
+        (:func:`bayes_recon.standard_errors.moment_shortfall`); zero at an optimum. The optimiser's
+        error, not the release's: the result's whole error is √(standard error² + shortfall²)
+        (:attr:`result_errors`). A lower bound: see :attr:`remaining_gain`."""
         return moment_shortfall(self._sandwich, self.measure.points)
+
+    @cached_property
+    @attack_numerics
+    def remaining_gain(self) -> float:
+        """How much the objective still falls along the step :attr:`shortfall` measures, in Monte Carlo
+        standard errors of the objective: zero at an optimum; beyond the last stage's stopping rule
+        (:data:`bayes_recon.stages.FINE_GAIN`) the attack stopped short, whatever the statistics'
+        shortfall. A normal mixture regression (N = 1,000, three covariates, M = 50) stopped with 1.1:
+        one step along the line took N from 876.9 to 893.9, while four times the steps took it to 933.0
+        (the truth 1,000)."""
+        return self._sandwich.gain
 
     @property
     def result_errors(self) -> dict[str, float]:
@@ -458,13 +480,8 @@ class Reconstruction:
         # on the attack's draws and slices (seed + 1: those of its objective on every draw)
         derivatives = build_point_derivatives(problem, setup.draws, metadata["seed"] + 1)
         points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
-        terms = self._measure_terms()
         return build_sandwich(
-            derivatives,
-            setup.layout,
-            points,
-            jnp.asarray(self.measure.weights),
-            lambda data, weights: jnp.mean(terms(data, weights)),
+            derivatives, setup.layout, points, jnp.asarray(self.measure.weights), self._measure_terms()
         )
 
     def _measure_terms(self) -> Callable[[Mapping[str, Array], Array], Array]:

@@ -100,6 +100,7 @@ class Findings:
     # restarts whose measure carried more information than a release can (Reconstruction.admissible)
     restarts_passed_over: int = 0
     closer: str = "more --steps"  # the rerun that closes a shortfall (closing_remedy)
+    short_of_optimum: bool = False  # Reconstruction.short_of_optimum
 
     def verdict(self, error: float) -> Verdict:
         if error < self.recovered_below:
@@ -179,6 +180,7 @@ def findings(audit: Audit) -> Findings:
         standard_error=max(recon.standard_errors.values()),
         shortfall=max((v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]), default=0.0),
         closer=closing_remedy(recon),
+        short_of_optimum=bool(recon.short_of_optimum()),
         complete=check.polynomial,
         kernel_effective_rank=check.kernel_effective_rank,
     )
@@ -429,7 +431,12 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             f"of them by up to {_shortfall_size(found.shortfall)}, more than their standard errors; that "
             f"is the attack's error, not the release's (rerun with {found.closer})."
             if found.shortfall > 0
-            else ""
+            else (
+                " The attack stopped short of its optimum (the objective still falls along its quadratic "
+                f"model's step), so these may understate (rerun with {found.closer})."
+                if found.short_of_optimum
+                else ""
+            )
         )
     )
     return check, spread, determined

@@ -35,7 +35,9 @@ the draws for every M (points per stratum) and seed and reports:
 * every restart's measure information (``history["information"]``) and how many restarts were passed
   over for carrying more than a release can (``r.passed_over()``, JSON only);
 * the self-check's verdict (``r.self_check``: NUTS on the recovered pseudo-data against the draws), and
-  whether the last stage converged before its step cap (``r.converged()``; ``--steps`` raises the cap).
+  whether the last stage converged before its step cap (``r.converged()``; ``--steps`` raises the cap),
+  or stopped on its own short of the optimum (``r.short_of_optimum()``: the objective still falls along
+  the sandwich's confirmed step by ``r.remaining_gain`` Monte Carlo se, beyond the stopping rule's).
 
 Families: η = a + X·b; normal (identity link, σ ~ HalfNormal(10)), Student-t (df 5, σ ~
 HalfNormal(10)), Bernoulli-logit, Bernoulli-probit (``Bernoulli(probs=ndtr(η))``), binomial (logit,
@@ -389,6 +391,8 @@ def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dic
     out: dict[str, Any] = {
         "standard_errors": result.standard_errors,
         "shortfall": result.shortfall,
+        "remaining_gain": result.remaining_gain,
+        "short_of_optimum": result.short_of_optimum(),
         "result_errors": errors,
         "mass_se": mass_se,
         "x_mean_se": mean_se,
@@ -513,7 +517,15 @@ def run_line(run: dict) -> str:
         f"unseen mass {run['unseen_mass']:.2f}  "
         f"{bootstrap_words(run)}{run['seconds']:.1f} s  {run['peak_rss_mb']:.0f} MB"
         f"{'  last stage stopped at its step cap' if run.get('converged') is False else ''}"
+        f"{stopped_short_words(run)}"
     )
+
+
+def stopped_short_words(run: dict) -> str:
+    """Where the last stage stopped on its own short of the optimum (``Reconstruction.remaining_gain``)."""
+    if run.get("converged") is False or not run.get("short_of_optimum"):
+        return ""
+    return f"  short of the optimum: the objective still falls by {run['remaining_gain']:.2f} se"
 
 
 def z_words(run: dict) -> str:
@@ -651,6 +663,8 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         row |= {
             "standard_errors": result.standard_errors,
             "shortfall": result.shortfall,
+            "remaining_gain": result.remaining_gain,
+            "short_of_optimum": result.short_of_optimum(),
             "result_errors": errors,
         }
         row["standard_errors_seconds"] = time.perf_counter() - started

@@ -98,17 +98,30 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     recon = SimpleNamespace(
         measure=measure, config=ReconConfig(steps=150, refine_rounds=4), converged=lambda: False,
         restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]), unseen_mass=0.0,
-        history={}, passed_over=lambda: 0,
+        history={}, passed_over=lambda: 0, remaining_gain=0.0, short_of_optimum=lambda: True,
     )  # fmt: skip
     words = cli.describe_remedies(recon, 4)
     points, steps, restarts = (words.index(f"--{o}") for o in ("points 20", "steps 600", "restarts 4"))
     assert points < steps < restarts
     assert "only 1 of 2 restarts" in words and "about 25 rows" in words
     settled = SimpleNamespace(
-        **{**vars(recon), "converged": lambda: True, "at_best": lambda: np.array([True, True])}
+        **{
+            **vars(recon),
+            "converged": lambda: True,
+            "short_of_optimum": lambda: False,
+            "at_best": lambda: np.array([True, True]),
+        }
     )
     assert "--steps" not in cli.describe_remedies(settled, 4) and "--restarts" not in cli.describe_remedies(
         settled, 4
+    )
+    # Stopped on its own, but the objective still falls along the quadratic model's step: more steps.
+    short = SimpleNamespace(**{**vars(settled), "remaining_gain": 1.1, "short_of_optimum": lambda: True})
+    assert "--steps 600 (the last stage stopped short of the optimum)" in cli.describe_remedies(short, 4)
+    assert cli.describe_convergence(short) == (
+        "NOT reached: the last stage stopped on its own, but the objective still falls by 1.1 of its Monte "
+        "Carlo error along the step of its quadratic model at the result (checked on the objective), more "
+        "than the stopping rule's 0.25, so the result may be short of the optimum; rerun with --steps 600."
     )
     # Capped, but on mass the release does not see: more steps would only move that mass (stop 34).
     drifting = SimpleNamespace(**{**vars(recon), "unseen_mass": 0.9})
@@ -168,8 +181,7 @@ def test_rows_without_truth_leave_the_comparison_empty(stand_in_self_check):
         measure=measure, objective=float("nan"), seconds=1.0, compile_seconds=0.5,
         config=pipeline.ReconConfig(), self_check=stand_in_self_check(True), restart_spread=dict,
         bootstrap_spread=lambda: None, standard_errors={"total_mass": 0.01}, shortfall={"total_mass": 0.0},
-        unseen_mass=0.0,
-        converged=lambda: True,
+        remaining_gain=0.0, unseen_mass=0.0, converged=lambda: True,
     )  # fmt: skip
     attack = pipeline.PosteriorAttack("toy", entry, recon, truth=None)
     rows = attack.rows()
@@ -292,6 +304,9 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
 
         def converged(self) -> bool | None:
             return self.settled
+
+        def short_of_optimum(self) -> bool | None:
+            return None if self.settled is None else not self.settled
 
         def bootstrap_spread(self) -> dict[str, float]:
             return self.standard_errors

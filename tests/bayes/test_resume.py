@@ -16,6 +16,7 @@ import pytest
 import bayes_recon as br
 from bayes_recon.checkpoint import FINGERPRINT
 from bayes_recon.cli import main
+from bayes_recon.stages import FINE_GAIN
 
 DRAWS = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
 # Compiles in seconds; two rounds run side by side, whatever the cores.
@@ -155,6 +156,15 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
     )
     assert (settled.history["steps_taken"][:, 3] <= 3).all()  # three unchanged steps: the calm rule
     assert settled.converged() is True and "stopped when" in describe_convergence(settled)
+    # Moved off its optimum (every weight times 1.5), the same stopped stage is short of it: the objective
+    # falls along the sandwich's step, checked on the objective, and the CLI says so with the remedy.
+    heavier = replace(settled.measure, weights=1.5 * settled.measure.weights)
+    moved = replace(settled, measure=heavier)
+    assert settled.remaining_gain < FINE_GAIN < moved.remaining_gain
+    assert moved.converged() is True and moved.short_of_optimum() is True
+    short = describe_convergence(moved)
+    assert "NOT reached: the last stage stopped on its own, but the objective still falls by" in short
+    assert short.endswith("rerun with --steps 12.")
     taken = settled.history["steps_taken"].copy()
     taken[:, 3] = settled.history["stage_steps"][3]
     capped = replace(settled, history={**settled.history, "steps_taken": taken})

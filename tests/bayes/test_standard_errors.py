@@ -63,7 +63,8 @@ def _black_box_sandwich(terms, points):
     phi, unpack, _ = measure_parameters(LAYOUT, points, jnp.ones(2))
     hessian = jax.hessian(lambda p: jnp.mean(terms(*unpack(p))))(phi)
     gradients = jax.jacfwd(lambda p: terms(*unpack(p)))(phi)
-    return sandwich_of(phi, unpack, np.asarray(hessian), np.asarray(gradients), np.asarray(gradients).mean(0))
+    hessian, gradients = np.asarray(hessian), np.asarray(gradients)
+    return sandwich_of(phi, unpack, hessian, gradients, gradients.mean(0), lambda p: terms(*unpack(p)))
 
 
 @attack_numerics
@@ -105,6 +106,34 @@ def test_a_measure_short_of_the_optimum_has_the_distance_to_it_as_its_shortfall(
 
 
 @attack_numerics
+def test_the_shortfall_goes_only_as_far_as_the_objective_confirms_the_step():
+    """A Hessian a thousand times too flat puts the optimum a thousand times too far; the objective,
+    rising past the optimum, confirms 2⁻¹⁰ of that step (0.98 of the true distance). A step it
+    contradicts (uphill all the way) counts for nothing."""
+    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
+    sandwich, points = _sandwich(theta)
+
+    def total(data, weights):
+        return (weights @ data["x"])[None]
+
+    error = float(np.sqrt(statistic_covariance(sandwich, total)[1][0, 0]))
+    terms = _terms_of(theta, 0.0)
+    phi, unpack, _ = measure_parameters(LAYOUT, {"x": points["x"] - 5 * error / 2}, jnp.ones(2))
+
+    def terms_at(p):
+        return terms(*unpack(p))
+
+    hessian = np.asarray(jax.hessian(lambda p: jnp.mean(terms_at(p)))(phi))
+    gradients = np.asarray(jax.jacfwd(terms_at)(phi))
+    gradient = gradients.mean(0)
+    too_flat = sandwich_of(phi, unpack, hessian / 1000, gradients, gradient, terms_at)
+    assert statistic_shortfall(too_flat, total)[0] == pytest.approx(5 * error * 1000 / 1024, rel=0.05)
+    uphill = sandwich_of(phi, unpack, hessian, gradients, -gradient, terms_at)
+    assert statistic_shortfall(uphill, total)[0] == 0.0
+    assert uphill.gain == 0.0 < too_flat.gain
+
+
+@attack_numerics
 def test_a_statistic_asking_for_a_column_the_measure_lacks_is_named():
     sandwich, _ = _sandwich(0.3 + 2.0 * np.random.default_rng(0).normal(size=100))
     with pytest.raises(
@@ -120,8 +149,10 @@ def test_a_statistic_whose_variance_cannot_be_had_is_infinitely_uncertain():
     sandwich, points = _sandwich(0.3 + 2.0 * np.random.default_rng(0).normal(size=100))
     hessian = np.eye(len(sandwich.phi))
     hessian[0, 1] = hessian[1, 0] = np.nan
-    zero_gradient = np.zeros_like(sandwich.phi)
-    broken = sandwich_of(sandwich.phi, sandwich.unpack, hessian, sandwich.gradients, zero_gradient)
+    zero_gradient = np.zeros_like(sandwich.phi)  # no step to confirm
+    broken = sandwich_of(
+        sandwich.phi, sandwich.unpack, hessian, sandwich.gradients, zero_gradient, jnp.atleast_1d
+    )
     _, covariance = statistic_covariance(broken, lambda data, w: jnp.stack([w @ data["x"], w.sum()]))
     assert np.all(np.diag(covariance) == np.inf)
     assert set(moment_errors(broken, points).values()) == {np.inf}
