@@ -168,7 +168,9 @@ def column_supports(
                 "another free column: the attack needs the same support on every row. A binomial's "
                 "trials go in fixed=, one value for every row (fixed={'trials': 5}) or one per row "
                 "(fixed={'trials': trials_of_each_row}: the attack then reconstructs the trials as "
-                "Bernoulli rows, one a trial).",
+                "Bernoulli rows, one a trial). That needs a row of n trials to weigh as n rows of one; "
+                "where it does not (a beta-binomial's trials share one draw of its probability), trials "
+                "that differ by row are beyond this attack.",
             )
         if found is None:
             raise ReconError(

@@ -94,6 +94,16 @@ def test_responses_take_their_support_from_the_model():
     with pytest.raises(br.ReconError, match=r"'y' has support .*bounds differ from row to row"):
         column_supports(trials_per_row, free_trials, {}, {"n": constraints.nonnegative_integer})
 
+    def beta_binomial(x, n, y=None):  # per-row trials that are not Bernoulli rows: fixed refuses them too
+        a = numpyro.sample("a", dist.Normal(0, 1))
+        with numpyro.plate("rows", x.shape[0]):
+            p = jax.nn.sigmoid(a * x)
+            numpyro.sample("y", dist.BetaBinomial(5 * p, 5 * (1 - p), n), obs=y)
+
+    # the message that sends per-row trials to fixed= says where that ends, not only where it works
+    with pytest.raises(br.ReconError, match=r"a beta-binomial's trials share .* are beyond this attack"):
+        column_supports(beta_binomial, free_trials, {}, {"n": constraints.integer_interval(1, 5)})
+
 
 def test_relaxed_count_likelihood_matches_the_model_at_integers_and_moves_between_them():
     """At integer counts the weighted density is the model's own; at 2.5 it has a gradient (not −∞, 0)."""
