@@ -217,9 +217,9 @@ def statistic_shortfall(sandwich: Sandwich, statistic: Callable[[Data, Array], A
 
     The optimiser's error, not the draws': a mixture (N = 1,000, three covariates, M = 50) whose last
     stage stopped in a slow stretch of L-BFGS had N at 876.9, with a standard error of 3.7 %. The model's
-    step put N 13 % further, the objective confirmed an eighth of it (N 1.6 % further, the objective 1.1
-    Monte Carlo errors lower), and four times the steps took N to 933.0 (the truth 1,000). A lower
-    bound, then: the optimum may lie further along another path."""
+    step put N 13 % further, the objective confirmed an eighth of it (N 1.6 % further, the objective
+    0.26 of its Monte Carlo error lower), and four times the steps took N to 933.0 (the truth 1,000). A
+    lower bound, then: the optimum may lie further along another path."""
     return _along_step(sandwich, _value_and_jacobian(sandwich, statistic)[1])
 
 
