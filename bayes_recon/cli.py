@@ -555,17 +555,18 @@ def describe_convergence(recon: Any) -> str:
     if converged is None:
         return f"minibatches of draws: Adam ran all {steps} steps (it has no stopping rule)."
     refined = "refine_converged" in recon.history
-    gain = recon.remaining_gain
-    if converged and gain > FINE_GAIN:
-        stopped = (
-            "the Frank–Wolfe rounds stopped on their own" if refined else "the last stage stopped on its own"
+    if converged and recon.remaining_gain > recon.stopping_gain():
+        stopped, rule = (
+            ("the Frank–Wolfe rounds stopped on their own", "a round must gain")
+            if refined
+            else ("the last stage stopped on its own", f"its stopping rule asks of {GAIN_WINDOW} steps")
         )
         capped = (
-            f"NOT reached: {stopped}, but the objective still falls by {number(gain)} of its Monte Carlo "
-            "error along the step of its quadratic model at the result (checked on the objective), more "
-            f"than the stopping rule's {number(FINE_GAIN)}"
+            f"NOT reached: {stopped}, but along the step of its quadratic model at the result the objective "
+            f"still falls by {recon.remaining_gain:.3g} of its Monte Carlo error (checked on the objective), "
+            f"more than the {recon.stopping_gain():.3g} {rule}"
         )
-        remedy = f"--refine-rounds {2 * recon.config.refine_rounds}" if refined else closing_remedy(recon)
+        remedy = closing_remedy(recon)
     elif converged and refined:
         return (
             "the Frank–Wolfe rounds stopped when moving all the mass onto the best point searched would "
@@ -582,7 +583,7 @@ def describe_convergence(recon: Any) -> str:
             f"NOT reached: all {recon.config.refine_rounds} Frank–Wolfe rounds ran and points that would "
             "lower the objective were still found"
         )
-        remedy = f"--refine-rounds {2 * recon.config.refine_rounds}"
+        remedy = closing_remedy(recon)
     else:
         adam = recon.config.method == "adam"  # it has no stopping rule: its steps are its cap
         falling = f"falling by at least {number(FINE_GAIN)} of its Monte Carlo error in {GAIN_WINDOW} steps"
@@ -592,7 +593,7 @@ def describe_convergence(recon: Any) -> str:
         remedy = closing_remedy(recon) + ("" if adam else f" (a cap of {4 * cap})")
     if _leaves_n_open(recon):
         return (
-            f"{capped}, but on mass the release does not see (see determined): more steps would mostly "
+            f"{capped}. That is on mass the release does not see (see determined): more steps would mostly "
             "move that mass, which the draws cannot check (stop 34: 600 steps sent a logistic regression's "
             "N to 5.8e17)."
         )
@@ -606,9 +607,9 @@ def _leaves_n_open(recon: Any) -> bool:
 
 
 def describe_remedies(recon: Any, points: int) -> str:
-    """What to rerun with when the self-check failed: more pseudo-points, and where they apply a longer
-    last stage (it stopped at its cap, on mass the release sees) and more restarts (some ended above the
-    best).
+    """What to rerun with when the self-check failed: more pseudo-points, and where they apply what brings
+    a result short of its optimum closer (on mass the release sees; :func:`bayes_recon.verdict.
+    closing_remedy`) and more restarts (some ended above the best).
 
     Points first: a likelihood that the data enter through more than a few statistics (a kink, several
     modes) cannot be reproduced by too few of them, however well optimised, and more steps can do harm
@@ -624,15 +625,11 @@ def describe_remedies(recon: Any, points: int) -> str:
         f"--points {5 * points} (each pseudo-point stands for about {rows_each} rows; a likelihood with a "
         "kink or several modes needs more of them than a Gaussian one)"
     ]
+    closer = closing_remedy(recon)
     if recon.short_of_optimum() and not _leaves_n_open(recon):
-        rounds = recon.config.refine_rounds
-        remedies.append(
-            f"--refine-rounds {2 * rounds} (the Frank–Wolfe rounds ran out)"
-            if "refine_converged" in recon.history
-            else f"{closing_remedy(recon)} (the last stage stopped short of the optimum)"
-        )
+        remedies.append(f"{closer} (the attack stopped short of the optimum; see convergence)")
     at_best, total = int(recon.at_best().sum()), len(recon.restart_objectives)
-    if at_best < total:
+    if at_best < total and not any(r.startswith("--restarts") for r in remedies):
         remedies.append(
             f"--restarts {2 * total} (only {at_best} of {total} restarts reached the best objective"
             f"{passed_over_words(recon.passed_over())}, so a better one may have been missed)"
@@ -783,11 +780,15 @@ def describe_shortfall(recon: Any, errors: Mapping[str, float]) -> str:
     shortfall = {k: v for k, v in recon.shortfall.items() if v > errors[k]}
     if not shortfall:
         return ""
+    lead = (  # the line opens by saying so where the result is short of the optimum
+        " Reaching it"
+        if recon.short_of_optimum()
+        else " The attack stopped short of the optimum these errors describe: reaching it"
+    )
     return (
-        " The attack stopped short of the optimum these errors describe: by the objective's quadratic "
-        f"model at the result, reaching it would move {_spread_words(recon, shortfall)}, each more than "
-        "one error. That is the optimiser's error, not the release's (shortfall in the JSON); more steps "
-        f"may close it ({closing_remedy(recon)})."
+        f"{lead}, along the step of the objective's quadratic model at the result as far as the objective "
+        f"confirms it, would move {_spread_words(recon, shortfall)}, each more than one error. That is the "
+        f"optimiser's error, not the release's (shortfall in the JSON); rerun with {closing_remedy(recon)}."
     )
 
 

@@ -55,7 +55,7 @@ from bayes_recon.objective import (
 )
 from bayes_recon.optimise import OptimiserConfig
 from bayes_recon.precision import attack_numerics
-from bayes_recon.refine import build_refiner, refine
+from bayes_recon.refine import GAP, build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
 from bayes_recon.stages import FINE_GAIN, LAST_STAGE_STRETCH, make_start, run_stages
 from bayes_recon.standard_errors import (
@@ -279,14 +279,21 @@ class Reconstruction:
         return bool(self.history["steps_taken"][self.best_restart, 3] < self.history["stage_steps"][3])
 
     def short_of_optimum(self) -> bool | None:
-        """Whether the result is short of the optimum: the last step stopped at its cap (:meth:`converged`
-        False), or stopped on its own while the objective still falls along the sandwich's confirmed
-        step by more than the stopping rule's FINE_GAIN of its Monte Carlo error (:attr:`remaining_gain`);
-        None with minibatches of draws."""
+        """Whether the result is short of the optimum: its last step (the Frank–Wolfe rounds where they
+        ran, else the last stage) stopped at its cap (:meth:`converged` False), or stopped on its own
+        while the objective still falls along the sandwich's confirmed step by more than that step had
+        to gain to go on (:attr:`remaining_gain` against :meth:`stopping_gain`); None with minibatches
+        of draws."""
         converged = self.converged()
         if converged is None:
             return None
-        return not converged or self.remaining_gain > FINE_GAIN
+        return not converged or self.remaining_gain > self.stopping_gain()
+
+    def stopping_gain(self) -> float:
+        """What the attack's last step had to gain to go on, in Monte Carlo errors of the objective: a
+        Frank–Wolfe round's (:data:`bayes_recon.refine.GAP`) where they ran, else what the last stage
+        asks of :data:`bayes_recon.optimise.GAIN_WINDOW` steps (:data:`bayes_recon.stages.FINE_GAIN`)."""
+        return GAP if "refine_converged" in self.history else FINE_GAIN
 
     def at_best(self) -> np.ndarray:
         """Which restarts ended within 1 % (of its magnitude) of the best restart's objective (restarts,),
@@ -407,18 +414,19 @@ class Reconstruction:
         along the quadratic model's step to it, as far as the objective confirms that step
         (:func:`bayes_recon.standard_errors.moment_shortfall`); zero at an optimum. The optimiser's
         error, not the release's: the result's whole error is √(standard error² + shortfall²)
-        (:attr:`result_errors`). A lower bound: see :attr:`remaining_gain`."""
+        (:attr:`result_errors`). An estimate the objective bears out (:attr:`remaining_gain`), not a
+        bound."""
         return moment_shortfall(self._sandwich, self.measure.points)
 
     @cached_property
     @attack_numerics
     def remaining_gain(self) -> float:
         """How much the objective still falls along the step :attr:`shortfall` measures, in Monte Carlo
-        standard errors of the objective: zero at an optimum; beyond the last stage's stopping rule
-        (:data:`bayes_recon.stages.FINE_GAIN`) the attack stopped short, whatever the statistics'
-        shortfall. A normal mixture regression (N = 1,000, three covariates, M = 50) stopped with 0.26,
-        over the rule's 0.25 by a hair: the step took N from 876.9 to 893.9, while four times the steps
-        gained about 0.8 and took N to 933.0 (the truth 1,000). A lower bound, as the shortfall is."""
+        standard errors of the objective: zero at an optimum; a lower bound on what reaching it gains.
+        Beyond what the last step had to gain to go on (:meth:`stopping_gain`) the attack stopped short,
+        whatever the statistics' shortfall. A normal mixture regression (N = 1,000, three covariates,
+        M = 50) stopped with 0.26, over the rule's 0.25 by a hair: the step took N from 876.9 to 893.9,
+        while four times the steps gained about 0.8 and took N to 933.0 (the truth 1,000)."""
         return self._sandwich.gain
 
     @property

@@ -123,10 +123,18 @@ def passed_over_words(count: int) -> str:
 
 
 def closing_remedy(recon: Any) -> str:
-    """The rerun that brings an attack that stopped short closer to its optimum: four times its steps; with
-    minibatches of draws, where Adam ends wherever their noise leaves it, also larger minibatches."""
+    """The rerun that brings an attack short of its optimum closer: twice the Frank–Wolfe rounds where
+    they ran out, more restarts where they stopped by their own rule (no option runs them on), else four
+    times the last stage's steps; with minibatches of draws, where Adam ends wherever their noise leaves
+    it, also larger minibatches."""
     steps = f"--steps {4 * recon.config.steps}"
-    return steps if recon.converged() is not None else f"{steps} or a larger --batch-size"
+    if recon.converged() is None:
+        return f"{steps} or a larger --batch-size"
+    if "refine_converged" not in recon.history:
+        return steps
+    if not bool(recon.history["refine_converged"]):
+        return f"--refine-rounds {2 * recon.config.refine_rounds}"
+    return f"--restarts {2 * len(recon.restart_objectives)}"
 
 
 def findings(audit: Audit) -> Findings:
@@ -432,8 +440,8 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             f"is the attack's error, not the release's (rerun with {found.closer})."
             if found.shortfall > 0
             else (
-                " The attack stopped short of its optimum (the objective still falls along its quadratic "
-                f"model's step), so these may understate (rerun with {found.closer})."
+                " The attack stopped short of its optimum, so these may understate (rerun with "
+                f"{found.closer})."
                 if found.short_of_optimum
                 else ""
             )

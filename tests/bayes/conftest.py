@@ -99,7 +99,7 @@ def fake_reconstruct(monkeypatch):
             passed_over=lambda: 0, rescued=lambda: 0,
             bootstrap={"objective": np.array([-1.4, -1.6])}, bootstrap_spread=lambda: {"total_mass": 0.02},
             standard_errors={"total_mass": 0.02}, shortfall={"total_mass": 0.0}, unseen_mass=0.0,
-            remaining_gain=0.0, short_of_optimum=lambda: False,
+            remaining_gain=0.0, short_of_optimum=lambda: False, stopping_gain=lambda: 0.25,
             setup=SimpleNamespace(weighted_model=SimpleNamespace(model=model, fixed=fixed or {}),
                                   layout=SimpleNamespace(shapes=free, supports=support or {})),
         )  # fmt: skip

@@ -99,6 +99,7 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
         measure=measure, config=ReconConfig(steps=150, refine_rounds=4), converged=lambda: False,
         restart_objectives=np.array([-2.0, -1.0]), at_best=lambda: np.array([True, False]), unseen_mass=0.0,
         history={}, passed_over=lambda: 0, remaining_gain=0.0, short_of_optimum=lambda: True,
+        stopping_gain=lambda: 0.25,
     )  # fmt: skip
     words = cli.describe_remedies(recon, 4)
     points, steps, restarts = (words.index(f"--{o}") for o in ("points 20", "steps 600", "restarts 4"))
@@ -117,12 +118,25 @@ def test_a_failed_self_check_names_the_remedies_that_apply():
     )
     # Stopped on its own, but the objective still falls along the quadratic model's step: more steps.
     short = SimpleNamespace(**{**vars(settled), "remaining_gain": 1.1, "short_of_optimum": lambda: True})
-    assert "--steps 600 (the last stage stopped short of the optimum)" in cli.describe_remedies(short, 4)
-    assert cli.describe_convergence(short) == (
-        "NOT reached: the last stage stopped on its own, but the objective still falls by 1.1 of its Monte "
-        "Carlo error along the step of its quadratic model at the result (checked on the objective), more "
-        "than the stopping rule's 0.25, so the result may be short of the optimum; rerun with --steps 600."
+    assert "--steps 600 (the attack stopped short of the optimum; see convergence)" in cli.describe_remedies(
+        short, 4
     )
+    assert cli.describe_convergence(short) == (
+        "NOT reached: the last stage stopped on its own, but along the step of its quadratic model at the "
+        "result the objective still falls by 1.1 of its Monte Carlo error (checked on the objective), more "
+        "than the 0.25 its stopping rule asks of 50 steps, so the result may be short of the optimum; rerun "
+        "with --steps 600."
+    )
+    # The Frank–Wolfe rounds stopped by their own rule (a round must gain one error): no option runs
+    # them on, so more restarts; a gain under their rule is no shortfall
+    rounds = {"refine_converged": np.asarray(True)}
+    short_rounds = SimpleNamespace(**{**vars(short), "history": rounds, "stopping_gain": lambda: 1.0})
+    assert "the Frank–Wolfe rounds stopped on their own" in cli.describe_convergence(short_rounds)
+    assert "more than the 1 a round must gain" in cli.describe_convergence(short_rounds)
+    assert cli.describe_convergence(short_rounds).endswith("rerun with --restarts 4.")
+    assert cli.describe_remedies(short_rounds, 4).count("--restarts") == 1
+    under = SimpleNamespace(**{**vars(short_rounds), "remaining_gain": 0.6})
+    assert cli.describe_convergence(under).startswith("the Frank–Wolfe rounds stopped when")
     # Capped, but on mass the release does not see: more steps would only move that mass (stop 34).
     drifting = SimpleNamespace(**{**vars(recon), "unseen_mass": 0.9})
     assert "--steps" not in cli.describe_remedies(drifting, 4)
@@ -297,6 +311,7 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
             shortfall: dict[str, float] | None = None,
         ) -> None:
             self.standard_errors, self.unseen_mass, self.settled = errors, unseen_mass, settled
+            self.history: dict = {}
             self.shortfall = {**dict.fromkeys(errors, 0.0), **(shortfall or {})}
             self.error_moves = {k: 21.0 if k == "total_mass" else math.nan for k in errors}
             self.tilted_standard_errors = {**errors, "total_mass": errors["total_mass"] * 21}
@@ -343,13 +358,16 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
         in short_of_it
     )
     assert short_of_it.endswith(
-        "these errors describe: by the objective's quadratic model at the result, reaching it would move N "
-        "by 13\u00a0%, each more than one error. That is the optimiser's error, not the release's (shortfall "
-        "in the JSON); more steps may close it (--steps 600)."
+        "these errors describe: reaching it, along the step of the objective's quadratic model at the result "
+        "as far as the objective confirms it, would move N by 13\u00a0%, each more than one error. That is "
+        "the optimiser's error, not the release's (shortfall in the JSON); rerun with --steps 600."
     )
+    # where the line already opens by saying the attack stopped short, the sentence does not say it again
+    capped = cli.describe_determined(Result(tight, settled=False, shortfall={"total_mass": 0.13}))
+    assert capped.count("stopped short") == 1 and " Reaching it, along the step" in capped
     # with minibatches of draws Adam ends wherever their noise leaves it: larger ones close it too
     noisy = cli.describe_determined(Result(tight, settled=None, shortfall={"total_mass": 0.13}))
-    assert noisy.endswith("more steps may close it (--steps 600 or a larger --batch-size).")
+    assert noisy.endswith("rerun with --steps 600 or a larger --batch-size.")
     # judged against the errors the line prints: widened by the tilt check (N's to 63 %), none is beyond
     assert "stopped short" not in cli.describe_determined(
         Result(tight, shortfall={"total_mass": 0.13}), tilted=True

@@ -163,7 +163,7 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
     assert settled.remaining_gain < FINE_GAIN < moved.remaining_gain
     assert moved.converged() is True and moved.short_of_optimum() is True
     short = describe_convergence(moved)
-    assert "NOT reached: the last stage stopped on its own, but the objective still falls by" in short
+    assert "NOT reached: the last stage stopped on its own, but along the step of its quadratic" in short
     assert short.endswith("rerun with --steps 12.")
     taken = settled.history["steps_taken"].copy()
     taken[:, 3] = settled.history["stage_steps"][3]

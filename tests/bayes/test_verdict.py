@@ -259,8 +259,7 @@ def test_an_attack_short_of_its_optimum_says_so_without_blaming_the_release():
     # short of the optimum with no statistic's confirmed shortfall beyond its error: said all the same
     stopped = dataclasses.replace(kidiq_like(0.012), short_of_optimum=True, closer="--steps 600")
     assert dict(headline(stopped).points)["How sure the audit is"][2].endswith(
-        "The attack stopped short of its optimum (the objective still falls along its quadratic model's "
-        "step), so these may understate (rerun with --steps 600)."
+        "The attack stopped short of its optimum, so these may understate (rerun with --steps 600)."
     )
 
 
