@@ -418,7 +418,7 @@ class Reconstruction:
         bound."""
         return moment_shortfall(self._sandwich, self.measure.points)
 
-    @cached_property
+    @property
     @attack_numerics
     def remaining_gain(self) -> float:
         """How much the objective still falls along the step :attr:`shortfall` measures, in Monte Carlo

@@ -232,7 +232,8 @@ def _along_step(
     """The statistic (K,) at the sandwich's φ and its move along the sandwich's step (K,), infinite where
     not finite."""
     step = jnp.asarray(sandwich.step)
-    value, moved = _evaluated(sandwich, statistic, lambda at: lambda p: (at(p), at(p + step) - at(p)))
+    value, end = _evaluated(sandwich, statistic, lambda at: lambda p: (at(p), at(p + step)))
+    moved = end - value
     return value, np.where(np.isfinite(moved), moved, np.inf)
 
 

@@ -99,7 +99,7 @@ def test_the_posterior_attack_entry_points_run_under_the_attack_numerics():
     entry_points += (Reconstruction.standard_errors.func, Reconstruction.unseen_mass.func)
     entry_points += (Reconstruction.error_moves.func, Reconstruction.statistic_tilt_moves)
     entry_points += (Reconstruction.shortfall.func, Reconstruction.statistic_shortfall)
-    entry_points += (Reconstruction.remaining_gain.func,)
+    entry_points += (Reconstruction.remaining_gain.fget,)
     assert [f.__name__ for f in entry_points if f.__code__.co_name != "with_attack_numerics"] == []
 
 
