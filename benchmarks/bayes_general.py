@@ -372,6 +372,19 @@ def sufficient_sums(points: Mapping[str, Any], weights: Any) -> jax.Array:
     return jnp.concatenate([(weights @ y)[None], x.T @ (weights * y)])
 
 
+def error_record(result: br.Reconstruction) -> dict[str, Any]:
+    """What every row records of the result's errors: the Monte Carlo standard errors, what the optimiser
+    left to go (``shortfall``, ``remaining_gain``, ``short_of_optimum()``), and both together
+    (``result_errors``)."""
+    return {
+        "standard_errors": result.standard_errors,
+        "shortfall": result.shortfall,
+        "remaining_gain": result.remaining_gain,
+        "short_of_optimum": result.short_of_optimum(),
+        "result_errors": result.result_errors,
+    }
+
+
 def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dict[str, Any]:
     """The recovered statistics' errors: the Monte Carlo standard errors (``Reconstruction.standard_errors``,
     ``statistic_covariance`` for Σ y and Σ y·x_j), what the optimiser left to go (``shortfall``,
@@ -388,15 +401,7 @@ def standard_errors(result: br.Reconstruction, recovered: dict[str, Any]) -> dic
             for i in range(n_x)
         },
     }
-    out: dict[str, Any] = {
-        "standard_errors": result.standard_errors,
-        "shortfall": result.shortfall,
-        "remaining_gain": result.remaining_gain,
-        "short_of_optimum": result.short_of_optimum(),
-        "result_errors": errors,
-        "mass_se": mass_se,
-        "x_mean_se": mean_se,
-    }
+    out: dict[str, Any] = error_record(result) | {"mass_se": mass_se, "x_mean_se": mean_se}
     if "sufficient_true" in recovered:
         _, covariance = result.statistic_covariance(sufficient_sums)
         monte_carlo = np.sqrt(np.maximum(np.diag(covariance), 0.0))
@@ -660,13 +665,7 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
         said = f"N se {100 * errors['total_mass']:.2f} % (shortfall included), z_N {row['z_N']:+.2f}, " + (
             f"largest se {max(errors.values()):.3f}, largest shortfall {max(result.shortfall.values()):.2g}"
         )
-        row |= {
-            "standard_errors": result.standard_errors,
-            "shortfall": result.shortfall,
-            "remaining_gain": result.remaining_gain,
-            "short_of_optimum": result.short_of_optimum(),
-            "result_errors": errors,
-        }
+        row |= error_record(result)
         row["standard_errors_seconds"] = time.perf_counter() - started
         print(
             f"{'':<32}truth bar {'met' if row['truth_bar'] else 'NOT met'}: J_attack − J_truth = "
