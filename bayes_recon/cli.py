@@ -576,12 +576,18 @@ def describe_convergence(recon: Any) -> str:
         return (
             "the last stage stopped when the objective stopped changing, or, past its first "
             f"{steps} steps, when {GAIN_WINDOW} steps gained less than {number(FINE_GAIN)} of its Monte "
-            "Carlo error."
+            f"Carlo error{_closing_words(recon)}."
         )
     elif refined:
         capped = (
             f"NOT reached: all {recon.config.refine_rounds} Frank–Wolfe rounds ran and points that would "
             "lower the objective were still found"
+        )
+        remedy = closing_remedy(recon)
+    elif "closing_gains" in recon.history:
+        capped = (
+            f"NOT reached: all {len(recon.history['closing_gains'])} Newton steps that follow a last stage "
+            "still moving after its first steps ran, each still gaining"
         )
         remedy = closing_remedy(recon)
     else:
@@ -598,6 +604,22 @@ def describe_convergence(recon: Any) -> str:
             "N to 5.8e17)."
         )
     return f"{capped}, so the result may be short of the optimum; rerun with {remedy}."
+
+
+def _closing_words(recon: Any) -> str:
+    """The Newton steps that followed a last stage still moving after its first steps, where any were taken
+    (:meth:`bayes_recon.Reconstruction.with_closing_steps`)."""
+    from bayes_recon.stages import FINE_GAIN
+    from bayes_recon.standard_errors import CLOSING_WINDOW
+
+    gains = recon.history.get("closing_gains", ())
+    if not len(gains):
+        return ""
+    return (
+        f"; it was still moving then, so {len(gains)} Newton steps checked on the objective followed, "
+        f"gaining {number(float(sum(gains)))} of that error, until the next and the {CLOSING_WINDOW - 1} "
+        f"before it together would gain less than {number(FINE_GAIN)} of it"
+    )
 
 
 def _leaves_n_open(recon: Any) -> bool:

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -59,12 +59,14 @@ from bayes_recon.refine import GAP, build_refiner, refine
 from bayes_recon.selfcheck import SELF_CHECK_DRAWS, SelfCheck, round_trip
 from bayes_recon.stages import FINE_GAIN, LAST_STAGE_STRETCH, make_start, run_stages
 from bayes_recon.standard_errors import (
+    CLOSING_STEPS,
     FLATTER,
     Sandwich,
-    build_sandwich,
+    closing_steps,
     moment_errors,
     moment_moves,
     moment_shortfall,
+    sandwich_builder,
     statistic_covariance,
     statistic_shortfall,
     tilted_moves,
@@ -255,6 +257,8 @@ class Reconstruction:
     setup: AttackSetup
     # the last self-check the attack ran, of the measure it returns (None when resumed past its repairs)
     checked: tuple[WeightedMeasure, SelfCheck] | None = None
+    # the sandwich where the closing steps stopped, of the measure they return (None where none ran)
+    closed: tuple[WeightedMeasure, Sandwich] | None = None
 
     @cached_property
     def self_check(self) -> SelfCheck:
@@ -276,6 +280,8 @@ class Reconstruction:
             return None
         if "refine_converged" in self.history:
             return bool(self.history["refine_converged"])
+        if "closing_gains" in self.history:
+            return len(self.history["closing_gains"]) < CLOSING_STEPS
         return bool(self.history["steps_taken"][self.best_restart, 3] < self.history["stage_steps"][3])
 
     def short_of_optimum(self) -> bool | None:
@@ -481,6 +487,12 @@ class Reconstruction:
 
     @cached_property
     def _sandwich(self) -> Sandwich:
+        if self.closed is not None and _same_measure(self.closed[0], self.measure):
+            return self.closed[1]
+        phi, sandwich_at = self._sandwich_builder()
+        return sandwich_at(phi)
+
+    def _sandwich_builder(self) -> tuple[Array, Callable[[Array], Sandwich]]:
         setup, metadata = self.setup, self.measure.meta
         problem = ScoreMatching(
             setup.weighted_model, setup.layout, setup.coordinates, metadata["estimator"], self.config.n_slices
@@ -488,8 +500,34 @@ class Reconstruction:
         # on the attack's draws and slices (seed + 1: those of its objective on every draw)
         derivatives = build_point_derivatives(problem, setup.draws, metadata["seed"] + 1)
         points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
-        return build_sandwich(
+        return sandwich_builder(
             derivatives, setup.layout, points, jnp.asarray(self.measure.weights), self._measure_terms()
+        )
+
+    @attack_numerics
+    def with_closing_steps(self) -> Reconstruction:
+        """The result moved on by the sandwich's confirmed steps while they gain what the last stage asked
+        of its steps (:func:`bayes_recon.standard_errors.closing_steps`), their gains in
+        ``history["closing_gains"]``; :meth:`converged` then says whether they stopped on their own.
+        :func:`reconstruct` takes them where the best restart's last stage was still moving after
+        ``config.steps``."""
+        phi, sandwich_at = self._sandwich_builder()
+        closing = closing_steps(sandwich_at, phi, self.stopping_gain())
+        sandwich, measure, objective = closing.sandwich, self.measure, self.objective
+        if len(closing.gains):
+            points, weights = sandwich.unpack(jnp.asarray(sandwich.phi))
+            objective = sandwich.objective
+            measure = WeightedMeasure(
+                {k: np.asarray(v) for k, v in points.items()},
+                np.asarray(weights),
+                measure.meta | {"objective": objective},
+            )
+        return replace(
+            self,
+            measure=measure,
+            objective=objective,
+            history=self.history | {"closing_gains": closing.gains},
+            closed=(measure, sandwich),
         )
 
     def _measure_terms(self) -> Callable[[Mapping[str, Array], Array], Array]:
@@ -865,7 +903,7 @@ def reconstruct(
             "units": release.units,
         },
     )
-    return Reconstruction(
+    found = Reconstruction(
         measure,
         objective,
         arrays["final"],
@@ -873,11 +911,16 @@ def reconstruct(
         history,
         bootstrap,
         config,
-        time.perf_counter() - started,
+        0.0,
         compile_seconds,
         setup,
         checked,
     )
+    # The last stage was still moving after its first steps, crawling (L-BFGS along a curved valley):
+    # Newton steps the objective confirms carry it on (see closing_steps).
+    if "refine_converged" not in history and history["steps_taken"][best, 3] >= config.steps:
+        found = found.with_closing_steps()
+    return replace(found, seconds=time.perf_counter() - started)
 
 
 # The attack is one program of about a thousand small fusions (derivatives up to the fourth

@@ -91,6 +91,11 @@ ROUNDING = 1e-9
 STEP_HALVINGS = 10
 CONFIRMS = 0.25
 
+# closing_steps: confirmed steps of the sandwich's quadratic model follow one another while the last
+# CLOSING_WINDOW of them (the one about to be taken included) gain what the attack's last stage asks of
+# its window of steps, at most CLOSING_STEPS of them
+CLOSING_WINDOW = 3
+CLOSING_STEPS = 20
 
 Unpack = Callable[[Array], tuple[dict[str, Array], Array]]  # φ → (points, weights)
 
@@ -100,8 +105,8 @@ class Sandwich(NamedTuple):
     the regularised Hessian, the per-draw gradients, centred, the Hessian's null space: an
     orthonormal basis (P, F) of the directions its unit-diagonal scaling (φ = scale · u) leaves flat,
     the step towards the optimum of the objective's quadratic model, −H⁻¹ ∇J, as far as the objective
-    confirms it (:func:`confirmed_step`; zero at an optimum), and how much the objective falls along it,
-    in its Monte Carlo standard errors."""
+    confirms it (:func:`confirmed_step`; zero at an optimum), how much the objective falls along it,
+    in its Monte Carlo standard errors, and the objective at φ."""
 
     phi: Array
     unpack: Unpack
@@ -111,27 +116,44 @@ class Sandwich(NamedTuple):
     flat: np.ndarray  # (P, F), in u
     step: np.ndarray  # (P,)
     gain: float
+    objective: float
 
 
-def build_sandwich(
+# (φ, step) → the objective at φ, its Monte Carlo standard error, and the objective at φ + t·step for each
+# of the lengths t = 1, ½, …, 2^-STEP_HALVINGS
+Line = Callable[[Array, Array], tuple[Array, Array, Array]]
+
+
+def sandwich_builder(
     derivatives: PointDerivatives,
     layout: Layout,
     points: Data,
     weights: Array,
     terms: Callable[[Data, Array], Array],
-) -> Sandwich:
-    """The sandwich at the measure (``points``, ``weights``), from the objective's
+) -> tuple[Array, Callable[[Array], Sandwich]]:
+    """φ at the measure (``points``, ``weights``) and the sandwich at any φ of the same layout (points that
+    keep their discrete values: :func:`closing_steps` moves φ), from the objective's
     :func:`bayes_recon.objective.build_point_derivatives` on the attack's draws and slices, and the
     objective's per-draw ``terms(points, weights)`` (S,) themselves (penalty included), for its gradient
-    and to confirm the step."""
+    and to confirm the step. Compiled once for every φ: a normal mixture regression's (M = 50, 250
+    parameters, 1,000 draws) sandwich took 9 s to compile and 1.4 s to compute."""
     phi, unpack, points_of = measure_parameters(layout, points, weights)
 
+    def terms_at(p: Array) -> Array:
+        return terms(*unpack(p))
+
+    @jax.jit
     def derivatives_at(p: Array) -> tuple[Array, Array, Array]:
         hessian, gradients = derivatives(points_of, p, per_draw=True)
-        return hessian, gradients, jax.grad(lambda q: jnp.mean(terms(*unpack(q))))(p)
+        return hessian, gradients, jax.grad(lambda q: jnp.mean(terms_at(q)))(p)
 
-    hessian, gradients, objective_gradient = (np.asarray(a) for a in jax.jit(derivatives_at)(phi))
-    return sandwich_of(phi, unpack, hessian, gradients, objective_gradient, lambda q: terms(*unpack(q)))
+    line = objective_line(terms_at)
+
+    def at(p: Array) -> Sandwich:
+        hessian, gradients, objective_gradient = (np.asarray(a) for a in derivatives_at(p))
+        return sandwich_of(p, unpack, hessian, gradients, objective_gradient, line)
+
+    return phi, at
 
 
 def sandwich_of(
@@ -140,11 +162,11 @@ def sandwich_of(
     hessian: np.ndarray,
     gradients: np.ndarray,
     objective_gradient: np.ndarray,
-    terms_at: Callable[[Array], Array],
+    line: Line,
 ) -> Sandwich:
     """The sandwich from the objective's Hessian (P, P), the draws' terms' gradients (S, P) and the
-    objective's gradient (P,) at ``phi``, and its per-draw terms (S,) as a function of φ (``terms_at``),
-    which confirm the step."""
+    objective's gradient (P,) at ``phi``, and the objective along a line (:func:`objective_line`), which
+    confirms the step."""
     diagonal = np.abs(np.diag(hessian))
     scale = 1 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
     eigenvalues, vectors = np.linalg.eigh(scale[:, None] * (hessian + hessian.T) / 2 * scale)
@@ -154,43 +176,79 @@ def sandwich_of(
     inverse = scale[:, None] * inverse * scale
     flat = vectors[:, magnitude <= floor]
     centred = gradients - gradients.mean(axis=0)
-    step, gain = confirmed_step(terms_at, phi, -inverse @ objective_gradient, objective_gradient)
-    return Sandwich(phi, unpack, inverse, centred, scale, flat, step, gain)
+    step, gain, objective = confirmed_step(line, phi, -inverse @ objective_gradient, objective_gradient)
+    return Sandwich(phi, unpack, inverse, centred, scale, flat, step, gain, objective)
+
+
+def objective_line(terms_at: Callable[[Array], Array]) -> Line:
+    """The objective, the mean of the per-draw ``terms_at(φ)``, along a line (:data:`Line`), compiled."""
+    lengths = jnp.asarray(0.5 ** np.arange(STEP_HALVINGS + 1))
+
+    @jax.jit
+    def line(phi: Array, step: Array) -> tuple[Array, Array, Array]:
+        terms = terms_at(phi)
+        error = jnp.std(terms, ddof=1) / jnp.sqrt(terms.shape[0])
+        return jnp.mean(terms), error, jax.lax.map(lambda t: jnp.mean(terms_at(phi + t * step)), lengths)
+
+    return line
 
 
 def confirmed_step(
-    terms_at: Callable[[Array], Array], phi: Array, step: np.ndarray, gradient: np.ndarray
-) -> tuple[np.ndarray, float]:
-    """Of 1, ½, …, 2^-STEP_HALVINGS of the quadratic model's ``step``, those along which the objective (the
-    mean of the per-draw ``terms_at(φ)``) is finite and falls by at least CONFIRMS of what its slope
-    (``gradient`` · step) predicts, the one where it is lowest, and how much it falls there in its Monte
-    Carlo standard errors (the terms' sd / √S: a lower bound on what the optimum gains); zero where none
-    does (the model's step is then no evidence of a better optimum), or where the slope is not a descent.
-    The step found is confirmed, not bounded: on a quadratic it lies between two thirds and four thirds
-    of the way to the line's minimum.
+    line: Line, phi: Array, step: np.ndarray, gradient: np.ndarray
+) -> tuple[np.ndarray, float, float]:
+    """Of 1, ½, …, 2^-STEP_HALVINGS of the quadratic model's ``step``, those along which the objective
+    (``line``) is finite and falls by at least CONFIRMS of what its slope (``gradient`` · step) predicts,
+    the one where it is lowest, how much it falls there in its Monte Carlo standard errors (the terms'
+    sd / √S: a lower bound on what the optimum gains), and the objective at φ; no step and no gain where
+    none does (the model's step is then no evidence of a better optimum), or where the slope is not a
+    descent. The step found is confirmed, not bounded: on a quadratic it lies between two thirds and four
+    thirds of the way to the line's minimum.
 
     The model counts a negative eigenvalue by its size and holds a kinked likelihood's bandwidths, and
     the objective is not quadratic in the log-weights: its step can overshoot by orders of magnitude
     (see the module's notes)."""
     slope = float(gradient @ step)
-    if not (np.isfinite(slope) and slope < 0):
-        return np.zeros_like(step), 0.0
+    descent = np.isfinite(slope) and slope < 0
+    start, error, at = (
+        np.asarray(a) for a in line(phi, jnp.asarray(step if descent else np.zeros_like(step)))
+    )
     lengths = 0.5 ** np.arange(STEP_HALVINGS + 1)
-    along = jnp.asarray(step)
-
-    def measured(ts: Array) -> tuple[Array, Array, Array]:
-        terms = terms_at(phi)
-        error = jnp.std(terms, ddof=1) / jnp.sqrt(terms.shape[0])
-        return jnp.mean(terms), error, jax.lax.map(lambda t: jnp.mean(terms_at(phi + t * along)), ts)
-
-    start, error, at = (np.asarray(a) for a in jax.jit(measured)(jnp.asarray(lengths)))
-    confirmed = np.isfinite(at) & (at <= start + CONFIRMS * lengths * slope)
+    confirmed = descent & np.isfinite(at) & (at <= start + CONFIRMS * lengths * slope)
     if not confirmed.any():
-        return np.zeros_like(step), 0.0
+        return np.zeros_like(step), 0.0, float(start)
     lowest = int(np.argmin(np.where(confirmed, at, np.inf)))
     drop = float(start - at[lowest])
     gain = drop / float(error) if error > 0 else (np.inf if error == 0 else np.nan)
-    return lengths[lowest] * step, gain
+    return lengths[lowest] * step, gain, float(start)
+
+
+class Closing(NamedTuple):
+    """Where :func:`closing_steps` stopped: the sandwich there, and each step's gain (in Monte Carlo
+    errors of the objective)."""
+
+    sandwich: Sandwich
+    gains: np.ndarray
+
+
+def closing_steps(sandwich_at: Callable[[Array], Sandwich], phi: Array, needed: float) -> Closing:
+    """From φ, the sandwich's confirmed steps one after another (a Newton method whose steps the objective
+    bears out), while the last CLOSING_WINDOW of them, the next one included, gain at least ``needed``
+    (Monte Carlo errors of the objective) and the next one gains anything; at most CLOSING_STEPS.
+
+    L-BFGS crawls along a curved valley: a normal mixture regression (N = 1,000, three covariates, M = 50)
+    whose last stage stopped where 50 steps gained under a quarter of an error had N at 876.9 (the truth
+    1,000; 600 steps took it to 933.0). Twelve such steps, each gaining 0.006 to 0.35 of an error, took N
+    to 984.7 and the objective 1.6 errors lower, 10.5 s each had each compiled its own program (1.4 s
+    compiled once, :func:`sandwich_builder`)."""
+    sandwich, gains = sandwich_at(phi), []
+    while (
+        len(gains) < CLOSING_STEPS
+        and sandwich.gain > 0
+        and sum(gains[max(0, len(gains) - CLOSING_WINDOW + 1) :]) + sandwich.gain >= needed
+    ):
+        gains.append(sandwich.gain)
+        sandwich = sandwich_at(sandwich.phi + jnp.asarray(sandwich.step))
+    return Closing(sandwich, np.asarray(gains, dtype=float))
 
 
 def statistic_covariance(

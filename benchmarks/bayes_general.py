@@ -374,9 +374,11 @@ def sufficient_sums(points: Mapping[str, Any], weights: Any) -> jax.Array:
 
 def error_record(result: br.Reconstruction) -> dict[str, Any]:
     """What every row records of the result's errors: the Monte Carlo standard errors, what the optimiser
-    left to go (``shortfall``, ``remaining_gain``, ``short_of_optimum()``), and both together
-    (``result_errors``)."""
+    left to go (``shortfall``, ``remaining_gain``, ``short_of_optimum()``), both together
+    (``result_errors``), and the closing steps' gains where they ran (``history["closing_gains"]``)."""
+    closing = result.history.get("closing_gains")
     return {
+        "closing_gains": None if closing is None else closing.tolist(),
         "standard_errors": result.standard_errors,
         "shortfall": result.shortfall,
         "remaining_gain": result.remaining_gain,
@@ -527,10 +529,13 @@ def run_line(run: dict) -> str:
 
 
 def stopped_short_words(run: dict) -> str:
-    """Where the last stage stopped on its own short of the optimum (``Reconstruction.remaining_gain``)."""
+    """The closing steps where they ran, and where the attack stopped on its own short of the optimum
+    (``Reconstruction.remaining_gain``)."""
+    closing = run.get("closing_gains")
+    closed = "" if closing is None else f"  {len(closing)} closing steps gained {sum(closing):.2f} se"
     if run.get("converged") is False or not run.get("short_of_optimum"):
-        return ""
-    return f"  short of the optimum: the objective still falls by {run['remaining_gain']:.2f} se"
+        return closed
+    return f"{closed}  short of the optimum: the objective still falls by {run['remaining_gain']:.2f} se"
 
 
 def z_words(run: dict) -> str:

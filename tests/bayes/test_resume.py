@@ -17,6 +17,7 @@ import bayes_recon as br
 from bayes_recon.checkpoint import FINGERPRINT
 from bayes_recon.cli import main
 from bayes_recon.stages import FINE_GAIN
+from bayes_recon.standard_errors import CLOSING_STEPS
 
 DRAWS = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
 # Compiles in seconds; two rounds run side by side, whatever the cores.
@@ -165,9 +166,32 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
     short = describe_convergence(moved)
     assert "NOT reached: the last stage stopped on its own, but along the step of its quadratic" in short
     assert short.endswith("rerun with --steps 12.")
+    # The closing steps carry it back: lower, no longer short, stopped on their own, and said.
+    closed = moved.with_closing_steps()
+
+    def objective(result: br.Reconstruction) -> float:
+        return float(result.objective_terms(result.measure.points, result.measure.weights).mean())
+
+    assert len(closed.history["closing_gains"]) >= 1 and closed.objective == pytest.approx(objective(closed))
+    assert objective(settled) - 1e-6 < closed.objective < objective(moved)
+    assert closed.converged() is True and closed.short_of_optimum() is False
+    assert (
+        abs(closed.measure.total_mass() - settled.measure.total_mass())
+        < abs(moved.measure.total_mass() - settled.measure.total_mass()) / 10
+    )
+    assert "Newton steps checked on the objective followed" in describe_convergence(closed)
+    # A last stage still moving after its first steps (here one) is followed by the closing steps; at an
+    # optimum they take none. All of them taken is no convergence.
+    one_step = replace(CONFIG, steps=1, rescue_restarts=0, refine_rounds=0)
+    stretched = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=one_step)
+    assert len(stretched.history["closing_gains"]) == 0 and stretched.converged() is True
+    ran_out = replace(stretched, history={**stretched.history, "closing_gains": np.ones(CLOSING_STEPS)})
+    assert ran_out.converged() is False and ran_out.short_of_optimum() is True
+    assert "NOT reached: all 20 Newton steps" in describe_convergence(ran_out)
     taken = settled.history["steps_taken"].copy()
     taken[:, 3] = settled.history["stage_steps"][3]
-    capped = replace(settled, history={**settled.history, "steps_taken": taken})
+    unclosed = {k: v for k, v in settled.history.items() if k != "closing_gains"}
+    capped = replace(settled, history={**unclosed, "steps_taken": taken})
     assert capped.converged() is False
     said = describe_convergence(capped)
     assert "NOT reached" in said and "all its 12 steps" in said and "--steps 12 (a cap of 48)" in said

@@ -19,12 +19,14 @@ from bayes_recon.objective import ScoreMatching, build_point_derivatives
 from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import DETERMINED_WITHIN
 from bayes_recon.standard_errors import (
+    closing_steps,
     effective_size,
     flat_reach,
     measure_parameters,
     moment_errors,
     moment_moves,
     moment_shortfall,
+    objective_line,
     sandwich_of,
     statistic_covariance,
     statistic_shortfall,
@@ -60,11 +62,25 @@ def _sandwich(theta: np.ndarray, noisy_flat_direction: float = 0.0):
 
 def _black_box_sandwich(terms, points):
     """The sandwich of per-draw ``terms(data, weights)`` (no penalty), their derivatives taken whole."""
+    phi, sandwich_at = _black_box_builder(terms, points)
+    return sandwich_at(phi)
+
+
+def _black_box_builder(terms, points):
+    """φ at ``points`` (weights one) and :func:`_black_box_sandwich` at any φ."""
     phi, unpack, _ = measure_parameters(LAYOUT, points, jnp.ones(2))
-    hessian = jax.hessian(lambda p: jnp.mean(terms(*unpack(p))))(phi)
-    gradients = jax.jacfwd(lambda p: terms(*unpack(p)))(phi)
-    hessian, gradients = np.asarray(hessian), np.asarray(gradients)
-    return sandwich_of(phi, unpack, hessian, gradients, gradients.mean(0), lambda p: terms(*unpack(p)))
+
+    def terms_at(p):
+        return terms(*unpack(p))
+
+    line = objective_line(terms_at)
+
+    def sandwich_at(p):
+        hessian = np.asarray(jax.hessian(lambda q: jnp.mean(terms_at(q)))(p))
+        gradients = np.asarray(jax.jacfwd(terms_at)(p))
+        return sandwich_of(p, unpack, hessian, gradients, gradients.mean(0), line)
+
+    return phi, sandwich_at
 
 
 @attack_numerics
@@ -126,11 +142,38 @@ def test_the_shortfall_goes_only_as_far_as_the_objective_confirms_the_step():
     hessian = np.asarray(jax.hessian(lambda p: jnp.mean(terms_at(p)))(phi))
     gradients = np.asarray(jax.jacfwd(terms_at)(phi))
     gradient = gradients.mean(0)
-    too_flat = sandwich_of(phi, unpack, hessian / 1000, gradients, gradient, terms_at)
+    line = objective_line(terms_at)
+    too_flat = sandwich_of(phi, unpack, hessian / 1000, gradients, gradient, line)
     assert statistic_shortfall(too_flat, total)[0] == pytest.approx(5 * error * 1000 / 1024, rel=0.05)
-    uphill = sandwich_of(phi, unpack, hessian, gradients, -gradient, terms_at)
+    uphill = sandwich_of(phi, unpack, hessian, gradients, -gradient, line)
     assert statistic_shortfall(uphill, total)[0] == 0.0
     assert uphill.gain == 0.0 < too_flat.gain
+
+
+@attack_numerics
+def test_closing_steps_reach_the_optimum_and_stop_where_the_next_would_gain_too_little():
+    """Five errors short of the optimum, the confirmed steps follow one another to it: Σ w x ends within a
+    hundredth of its error of c θ̄, the last step gains next to nothing, and their gains add up to the
+    objective's drop. Asked for more than the first step gains, none is taken."""
+    theta = 0.3 + 2.0 * np.random.default_rng(0).normal(size=4000)
+    sandwich, points = _sandwich(theta)
+
+    def total(data, weights):
+        return (weights @ data["x"])[None]
+
+    error = float(np.sqrt(statistic_covariance(sandwich, total)[1][0, 0]))
+    phi, sandwich_at = _black_box_builder(_terms_of(theta, 0.0), {"x": points["x"] - 5 * error / 2})
+    start = sandwich_at(phi)
+    closed = closing_steps(sandwich_at, phi, 0.25)
+    assert len(closed.gains) >= 1 and closed.sandwich.gain < 0.25
+    reached = float(total(*closed.sandwich.unpack(jnp.asarray(closed.sandwich.phi)))[0])
+    assert reached == pytest.approx(SUM * theta.mean(), abs=0.01 * error)
+    # each step's gain is in the Monte Carlo error where it starts, which barely changes here
+    terms = _terms_of(theta, 0.0)(*start.unpack(start.phi))
+    drop = (start.objective - closed.sandwich.objective) / float(jnp.std(terms, ddof=1) / np.sqrt(len(theta)))
+    assert np.all(closed.gains > 0) and closed.gains.sum() == pytest.approx(drop, rel=0.01)
+    untaken = closing_steps(sandwich_at, phi, 2 * start.gain)
+    assert len(untaken.gains) == 0 and np.array_equal(untaken.sandwich.phi, phi)
 
 
 @attack_numerics
@@ -151,7 +194,12 @@ def test_a_statistic_whose_variance_cannot_be_had_is_infinitely_uncertain():
     hessian[0, 1] = hessian[1, 0] = np.nan
     zero_gradient = np.zeros_like(sandwich.phi)  # no step to confirm
     broken = sandwich_of(
-        sandwich.phi, sandwich.unpack, hessian, sandwich.gradients, zero_gradient, jnp.atleast_1d
+        sandwich.phi,
+        sandwich.unpack,
+        hessian,
+        sandwich.gradients,
+        zero_gradient,
+        objective_line(jnp.atleast_1d),
     )
     _, covariance = statistic_covariance(broken, lambda data, w: jnp.stack([w @ data["x"], w.sum()]))
     assert np.all(np.diag(covariance) == np.inf)
