@@ -349,6 +349,7 @@ def _checkpoint_folder(args: argparse.Namespace, *outputs: str | None) -> Path |
 
 def _reconstruct(args: argparse.Namespace) -> int:
     from bayes_recon import checkpoint
+    from bayes_recon.identifiability import IdentifiabilityConfig, undetermined_moments
     from bayes_recon.pipeline import _check_arguments, attack_posterior, check_memory
 
     _writable(args.json, "--json")
@@ -379,7 +380,8 @@ def _reconstruct(args: argparse.Namespace) -> int:
         )
     _say(f"self-check: {recon.self_check.summary()}")
     _say(f"restarts: {describe_restarts(recon)}")
-    _say(f"determined: {describe_determined(recon, tilted=args.check_errors)}")
+    outside = undetermined_moments(recon.setup, list(recon.measure.points), IdentifiabilityConfig())
+    _say(f"determined: {describe_determined(recon, tilted=args.check_errors, outside=outside)}")
     if args.check_errors:
         _say(f"error check: {describe_error_check(recon)}")
     if len(recon.bootstrap["objective"]):
@@ -397,7 +399,9 @@ def _reconstruct(args: argparse.Namespace) -> int:
                 },
                 "tilted_standard_errors": recon.tilted_standard_errors,
             }
-        _write_json(args.json, attack.to_json() | jsonable(tilted))
+        _write_json(
+            args.json, attack.to_json() | jsonable(tilted) | {"undetermined_by_the_likelihood": outside}
+        )
     if args.save:
         _say(f"saved {recon.measure.save(args.save)}")
     if folder is not None:
@@ -698,7 +702,7 @@ def _largest_words(spread: dict[str, float]) -> str:
     """N's spread and the largest of each kind of statistic's, in words."""
     largest = {kind: max((v for k, v in spread.items() if k.startswith(kind)), default=None)
                for kind in ("mean", "sd", "cov")}  # fmt: skip
-    parts = [f"N by {percent(spread['total_mass'])}"]
+    parts = [f"N by {percent(spread['total_mass'])}"] if "total_mass" in spread else []
     if largest["mean"] is not None:
         parts.append(f"the means by at most {number(largest['mean'])} sd")
     if largest["sd"] is not None:
@@ -752,13 +756,15 @@ def describe_restarts(recon: Any) -> str:
     )
 
 
-def describe_determined(recon: Any, tilted: bool = False) -> str:
+def describe_determined(recon: Any, tilted: bool = False, outside: Sequence[str] = ()) -> str:
     """How tightly the release's draws determine N and the columns' moments (their Monte Carlo standard
     errors, :attr:`Reconstruction.standard_errors`; ``tilted``: those widened where the check one error
     out found the objective flatter, :attr:`Reconstruction.tilted_standard_errors`), after whether N is
-    left open by mass on pseudo-points the release barely sees (:attr:`Reconstruction.unseen_mass`). A
-    quantile regression stopped at its step cap had standard errors of 5 % on a covariate's sd 30 % off;
-    600 steps on, 67 % on 27 %."""
+    left open by mass on pseudo-points the release barely sees (:attr:`Reconstruction.unseen_mass`) and
+    which moments no draws could determine (``outside``: the keys of those outside what a polynomial
+    likelihood sees, :func:`bayes_recon.identifiability.undetermined_moments`). A quantile regression
+    stopped at its step cap had standard errors of 5 % on a covariate's sd 30 % off; 600 steps on, 67 % on
+    27 %."""
     from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_TILT
 
     unseen = (
@@ -768,7 +774,14 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
         if _leaves_n_open(recon)
         else ""
     )
+    if outside:
+        named = _moment_names(recon)
+        unseen += (
+            f"The likelihood sees the data only through sums that leave {', '.join(map(named, outside))} "
+            "open (see the check command): the release does NOT determine these at all, whatever the draws. "
+        )
     errors = recon.tilted_standard_errors if tilted else recon.standard_errors
+    errors = {k: math.inf if k in outside else v for k, v in errors.items()}
     runs = (
         "other draws of the same posterior (or another restart as good) would move the result by about one "
         "standard error: "
@@ -781,9 +794,13 @@ def describe_determined(recon: Any, tilted: bool = False) -> str:
         runs = "the attack stopped short of the optimum (see convergence), so these may understate: " + runs
     if unseen:  # a sentence of its own
         runs = runs[0].upper() + runs[1:]
-    loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN}
+    loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN and k not in outside}
     if not loose:
-        told = f"{unseen}{runs}{_largest_words(errors)}: the release determines them about that tightly."
+        rest = {k: v for k, v in errors.items() if k not in outside}
+        said = (
+            f"{runs}{_largest_words(rest)}: the release determines them about that tightly." if rest else ""
+        )
+        told = f"{unseen}{said}"
     else:
         told = (
             f"{unseen}{runs}{_spread_words(recon, loose)}: the release does NOT determine these; read their "

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
+from bayes_recon.identifiability import moments_outside
 from bayes_recon.reconstruct import DETERMINED_WITHIN
 from recon_core.headline import Headline, Severity, number, percent, words
 
@@ -85,7 +86,9 @@ class Findings:
     restarts: int
     restarts_agreeing: int
     restart_spread: float
-    standard_error: float  # the largest over N and the columns' moments (statistics_spread's units)
+    # the largest over N and the columns' moments (statistics_spread's units); infinite where one of them
+    # is outside what a polynomial likelihood sees (identifiability.moments_outside)
+    standard_error: float
     # the largest distance still to go to the optimum (Reconstruction.shortfall) among the statistics where
     # it is beyond their standard error; 0 where it is nowhere
     shortfall: float
@@ -141,6 +144,7 @@ def findings(audit: Audit) -> Findings:
     """The audit's results as the verdict needs them."""
     config, recon = audit.config, audit.attack.reconstruction
     check = audit.check.identifiability
+    outside = moments_outside(check, audit.check.probe, list(recon.measure.points))
     agreeing = int(np.sum(recon.at_best()))
     releases = tuple(
         SmallerRelease(
@@ -185,7 +189,7 @@ def findings(audit: Audit) -> Findings:
         whole=releases[-1],
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
-        standard_error=max(recon.standard_errors.values()),
+        standard_error=math.inf if outside else max(recon.standard_errors.values()),
         shortfall=max((v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]), default=0.0),
         closer=closing_remedy(recon),
         short_of_optimum=bool(recon.short_of_optimum()),
@@ -422,7 +426,8 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "
         "correlation)"
         if math.isfinite(found.standard_error)
-        else "by an unbounded amount (a standard error that is not finite)"
+        else "by an unbounded amount (a standard error that is not finite, or a moment outside the "
+        "statistics the likelihood sees)"
     )
     determined = (
         "Other draws of the same posterior (or another restart as good) would move the attack's N and "

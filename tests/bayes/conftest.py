@@ -66,7 +66,7 @@ def stand_in_self_check():
 def fake_reconstruct(monkeypatch):
     """Replace the attack by a stand-in that returns a fixed 5-point measure and reports 3 steps;
     the list of its calls is returned."""
-    from bayes_recon import pipeline
+    from bayes_recon import identifiability, pipeline
     from recon_core.measure import WeightedMeasure
 
     calls = []
@@ -106,4 +106,6 @@ def fake_reconstruct(monkeypatch):
 
     monkeypatch.setattr(pipeline, "reconstruct", reconstruct)
     monkeypatch.setattr(pipeline.PosteriorAttack, "relative_mmd", lambda self, max_draws=1000: 0.01)
+    # the stand-in's setup has no draws to find what the likelihood sees
+    monkeypatch.setattr(identifiability, "undetermined_moments", lambda setup, names, config: [])
     return calls

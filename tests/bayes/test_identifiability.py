@@ -22,8 +22,11 @@ from bayes_recon.identifiability import (
     check_posterior,
     feature_setup,
     identifiable_statistics,
+    identify,
     moment_statistics,
+    moments_outside,
     probe_points,
+    undetermined_moments,
 )
 from bayes_recon.kernel import model_features
 from bayes_recon.models import REGISTRY
@@ -130,6 +133,35 @@ def test_mesquite_statistics_are_named_in_the_logs(shared_db):
     found = check_posterior("mesquite-logmesquite_logvolume", shared_db).identifiability
     assert "Σ (log diam1 + log diam2 + log canopy_height)" in found.names
     assert "Σ log weight²" in found.names and found.rank == 6
+
+
+def no_intercept_regression(x, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(beta * x, sigma), obs=y)
+
+
+def test_moments_outside_what_the_likelihood_sees_are_named():
+    """Without an intercept the likelihood sees N, Σ x², Σ x·y and Σ y²: no mean, sd or covariance is a
+    function of those (two data sets, x and y negated, share them), while N is. With the intercept the
+    quadratic regression sees every moment up to the second."""
+    rng = np.random.default_rng(0)
+    draws = {"beta": rng.normal(size=300), "sigma": rng.lognormal(0.0, 0.3, size=300)}
+    config = IdentifiabilityConfig(max_degree=2)
+    setup = feature_setup(no_intercept_regression, draws, ["x", "y"], None, None, config.max_draws)
+    points = probe_points(setup, 60)
+    found = identify(setup, config, points)
+    assert set(found.names) == {"N", "Σ x²", "Σ x·y", "Σ y²"}
+    assert moments_outside(found, points, ["x", "y"]) == ["mean[0]", "sd[0]", "mean[1]", "sd[1]", "cov[0,1]"]
+    assert undetermined_moments(setup, ["x", "y"], config) == moments_outside(found, points, ["x", "y"])
+    full = feature_setup(quadratic_regression, _draws(np.random.default_rng(0)), ["x", "y"], None, None, 200)
+    points = probe_points(full, 200)
+    assert moments_outside(identify(full, IdentifiabilityConfig(), points), points, ["x", "y"]) == []
+    logistic = feature_setup(logistic_regression, {"beta": draws["beta"][:, None] * [1, 1]}, ["x", "y"], None,
+                             {"y": constraints.boolean}, 200)  # fmt: skip
+    points = probe_points(logistic, 100)
+    assert moments_outside(identify(logistic, config, points), points, ["x", "y"]) == []  # not polynomial
 
 
 def test_non_polynomial_features_name_nothing():
