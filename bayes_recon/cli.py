@@ -588,7 +588,7 @@ def describe_convergence(recon: Any) -> str:
             "lower the objective were still found"
         )
         remedy = closing_remedy(recon)
-    elif "closing_gains" in recon.history:
+    elif len(recon.history.get("closing_gains", ())):  # they ran out (none taken: the stage's cap)
         capped = (
             f"NOT reached: all {len(recon.history['closing_gains'])} Newton steps that follow a last stage "
             "still moving after its first steps ran, each still gaining"

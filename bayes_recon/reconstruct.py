@@ -95,7 +95,8 @@ class ReconConfig:
     draw; then up to ``steps`` of ``method`` (L-BFGS, or Adam) move every point and weight, and L-BFGS
     more, up to ``stages.LAST_STAGE_STRETCH`` times as many, while it still gains what the draws can tell
     (``stages.FINE_GAIN`` of the objective's Monte Carlo standard error every ``optimise.GAIN_WINDOW``
-    steps).
+    steps). Where the best restart's last stage was still moving after ``steps``, Newton steps that the
+    objective confirms carry it on (:meth:`Reconstruction.with_closing_steps`).
     ``batch_size``: minibatches of draws in that last stage (forces Adam; no polish); ``max_draws``
     keeps the first draws only. Every stage stops early once the objective stops changing.
 
@@ -274,13 +275,15 @@ class Reconstruction:
         draws can tell: :data:`bayes_recon.refine.GAP`), not at ``config.refine_rounds``; without rounds,
         whether the best restart's last stage stopped because its objective stopped changing, or past
         ``config.steps`` stopped gaining what the draws can tell, not at its step cap
-        (:meth:`ReconConfig.stage_steps`); None with minibatches of draws (Adam runs every step)."""
+        (:meth:`ReconConfig.stage_steps`), or, where closing steps followed it and took any
+        (:meth:`with_closing_steps`), whether they stopped on their own; None with minibatches of draws
+        (Adam runs every step)."""
         batch = self.config.batch_size
         if batch is not None and batch < self.measure.meta["n_draws"]:
             return None
         if "refine_converged" in self.history:
             return bool(self.history["refine_converged"])
-        if "closing_gains" in self.history:
+        if len(self.history.get("closing_gains", ())):  # none taken: the last stage's word stands
             return len(self.history["closing_gains"]) < CLOSING_STEPS
         return bool(self.history["steps_taken"][self.best_restart, 3] < self.history["stage_steps"][3])
 
@@ -432,7 +435,9 @@ class Reconstruction:
         Beyond what the last step had to gain to go on (:meth:`stopping_gain`) the attack stopped short,
         whatever the statistics' shortfall. A normal mixture regression (N = 1,000, three covariates,
         M = 50) stopped with 0.26, over the rule's 0.25 by a hair: the step took N from 876.9 to 893.9,
-        while four times the steps gained about 0.8 and took N to 933.0 (the truth 1,000)."""
+        while four times the steps gained about 0.8 and took N to 933.0 (the truth 1,000). Where the last
+        stage was still moving after ``config.steps``, as there, the attack now goes on by such steps
+        (:meth:`with_closing_steps`; that mixture: eight, to N = 982.4, then 0.019)."""
         return self._sandwich.gain
 
     @property
@@ -508,7 +513,8 @@ class Reconstruction:
     def with_closing_steps(self) -> Reconstruction:
         """The result moved on by the sandwich's confirmed steps while they gain what the last stage asked
         of its steps (:func:`bayes_recon.standard_errors.closing_steps`), their gains in
-        ``history["closing_gains"]``; :meth:`converged` then says whether they stopped on their own.
+        ``history["closing_gains"]``; where they took any, :meth:`converged` says whether they stopped on
+        their own.
         :func:`reconstruct` takes them where the best restart's last stage was still moving after
         ``config.steps``."""
         phi, sandwich_at = self._sandwich_builder()
@@ -918,7 +924,7 @@ def reconstruct(
     )
     # The last stage was still moving after its first steps, crawling (L-BFGS along a curved valley):
     # Newton steps the objective confirms carry it on (see closing_steps).
-    if "refine_converged" not in history and history["steps_taken"][best, 3] >= config.steps:
+    if "refine_converged" not in history and history["steps_taken"][best, 3] > config.steps:
         found = found.with_closing_steps()
     return replace(found, seconds=time.perf_counter() - started)
 
