@@ -380,7 +380,10 @@ def _reconstruct(args: argparse.Namespace) -> int:
         )
     _say(f"self-check: {recon.self_check.summary()}")
     _say(f"restarts: {describe_restarts(recon)}")
-    outside = undetermined_moments(recon.setup, list(recon.measure.points), IdentifiabilityConfig())
+    try:  # what the likelihood sees, on probe data; a model that fails there leaves the errors alone
+        outside = undetermined_moments(recon.setup, list(recon.measure.points), IdentifiabilityConfig())
+    except ReconError:
+        outside = []
     _say(f"determined: {describe_determined(recon, tilted=args.check_errors, outside=outside)}")
     if args.check_errors:
         _say(f"error check: {describe_error_check(recon)}")
@@ -577,10 +580,10 @@ def describe_convergence(recon: Any) -> str:
             "gain (to first order), or a round gained, less than the objective's Monte Carlo error."
         )
     elif converged:
-        return (
+        return _closing_words(recon) or (
             "the last stage stopped when the objective stopped changing, or, past its first "
             f"{steps} steps, when {GAIN_WINDOW} steps gained less than {number(FINE_GAIN)} of its Monte "
-            f"Carlo error{_closing_words(recon)}."
+            "Carlo error."
         )
     elif refined:
         capped = (
@@ -611,18 +614,26 @@ def describe_convergence(recon: Any) -> str:
 
 
 def _closing_words(recon: Any) -> str:
-    """The Newton steps that followed a last stage still moving after its first steps, where any were taken
-    (:meth:`bayes_recon.Reconstruction.with_closing_steps`)."""
+    """How the Newton steps that followed a last stage gone on past its first steps stopped, where they took
+    any (:meth:`bayes_recon.Reconstruction.with_closing_steps`); empty where they took none."""
     from bayes_recon.stages import FINE_GAIN
     from bayes_recon.standard_errors import CLOSING_WINDOW
 
     gains = recon.history.get("closing_gains", ())
     if not len(gains):
         return ""
+    steps, taken = recon.config.steps, int(recon.history["steps_taken"][recon.best_restart, 3])
+    cap = " (its cap)" if taken >= recon.history["stage_steps"][3] else ""
+    lead = (
+        f"the last stage went on past its first {steps} steps to {taken}{cap}, so"
+        if taken > steps
+        else ("after the last stage stopped,")
+    )
     return (
-        f"; it was still moving then, so {len(gains)} Newton steps checked on the objective followed, "
-        f"gaining {number(float(sum(gains)))} of that error, until the next and the {CLOSING_WINDOW - 1} "
-        f"before it together would gain less than {number(FINE_GAIN)} of it"
+        f"{lead} Newton steps checked on the objective followed: {len(gains)}, gaining "
+        f"{number(float(sum(gains)))} of its Monte Carlo error, until the next and the {CLOSING_WINDOW - 1} "
+        f"before it together would gain less than {number(FINE_GAIN)} of it, or the objective confirmed no "
+        "further step."
     )
 
 
@@ -797,10 +808,8 @@ def describe_determined(recon: Any, tilted: bool = False, outside: Sequence[str]
     loose = {k: v for k, v in errors.items() if not 2 * v < DETERMINED_WITHIN and k not in outside}
     if not loose:
         rest = {k: v for k, v in errors.items() if k not in outside}
-        said = (
-            f"{runs}{_largest_words(rest)}: the release determines them about that tightly." if rest else ""
-        )
-        told = f"{unseen}{said}"
+        tight = f"{runs}{_largest_words(rest)}: the release determines them about that tightly."
+        told = unseen + tight if rest else unseen.rstrip()
     else:
         told = (
             f"{unseen}{runs}{_spread_words(recon, loose)}: the release does NOT determine these; read their "

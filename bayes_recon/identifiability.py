@@ -497,8 +497,8 @@ def moments_outside(
     put the first response's mean within 0.14 of its sd while it was 0.7 sd off."""
     if not found.polynomial:
         return []
-    seen = np.stack([s.per_point(points) for s in found.statistics], axis=1)
-    n = len(seen)
+    n = len(np.asarray(points[names[0]]))
+    seen = np.stack([s.per_point(points) for s in found.statistics] or [np.zeros(n)], axis=1)
     x = np.concatenate([np.asarray(points[k], dtype=float).reshape(n, -1) for k in names], axis=1)
     sums = {"total_mass": [np.ones(n)]}
     for i in range(x.shape[1]):

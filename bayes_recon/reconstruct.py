@@ -259,7 +259,7 @@ class Reconstruction:
     # the last self-check the attack ran, of the measure it returns (None when resumed past its repairs)
     checked: tuple[WeightedMeasure, SelfCheck] | None = None
     # the sandwich where the closing steps stopped, of the measure they return (None where none ran)
-    closed: tuple[WeightedMeasure, Sandwich] | None = None
+    closing_sandwich: tuple[WeightedMeasure, Sandwich] | None = None
 
     @cached_property
     def self_check(self) -> SelfCheck:
@@ -492,8 +492,8 @@ class Reconstruction:
 
     @cached_property
     def _sandwich(self) -> Sandwich:
-        if self.closed is not None and _same_measure(self.closed[0], self.measure):
-            return self.closed[1]
+        if self.closing_sandwich is not None and _same_measure(self.closing_sandwich[0], self.measure):
+            return self.closing_sandwich[1]
         phi, sandwich_at = self._sandwich_builder()
         return sandwich_at(phi)
 
@@ -514,9 +514,10 @@ class Reconstruction:
         """The result moved on by the sandwich's confirmed steps while they gain what the last stage asked
         of its steps (:func:`bayes_recon.standard_errors.closing_steps`), their gains in
         ``history["closing_gains"]``; where they took any, :meth:`converged` says whether they stopped on
-        their own.
-        :func:`reconstruct` takes them where the best restart's last stage was still moving after
-        ``config.steps``."""
+        their own, and where the attack checked its result, the moved measure is checked again (the check
+        the CLI's exit status reads is of the measure returned). The restarts' records (objectives,
+        ``history``) stay where their last stages ended. :func:`reconstruct` takes them where the best
+        restart's last stage went on past ``config.steps``."""
         phi, sandwich_at = self._sandwich_builder()
         closing = closing_steps(sandwich_at, phi, self.stopping_gain())
         sandwich, measure, objective = closing.sandwich, self.measure, self.objective
@@ -528,12 +529,16 @@ class Reconstruction:
                 np.asarray(weights),
                 measure.meta | {"objective": objective},
             )
+        checked = self.checked
+        if checked is not None and not _same_measure(checked[0], measure):
+            checked = measure, round_trip(self.setup, measure.points, measure.weights)
         return replace(
             self,
             measure=measure,
             objective=objective,
             history=self.history | {"closing_gains": closing.gains},
-            closed=(measure, sandwich),
+            checked=checked,
+            closing_sandwich=(measure, sandwich),
         )
 
     def _measure_terms(self) -> Callable[[Mapping[str, Array], Array], Array]:

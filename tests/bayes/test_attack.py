@@ -106,7 +106,7 @@ def test_standard_errors_match_the_oracle_refitted_on_resampled_draws(kidiq, kid
     relative = result.standard_errors
     assert relative["total_mass"] == pytest.approx(sandwich[0] / result.measure.total_mass(), rel=1e-6)
     # the attack stopped at its optimum: the quadratic model's step to it (the objective's own gradient,
-    # through build_sandwich) moves nothing by a tenth of its error
+    # through sandwich_builder) moves nothing by a tenth of its error
     shortfall = result.statistic_shortfall(sums)
     assert np.all(np.abs(shortfall) < 0.1 * sandwich)  # 7e-5 of it here
     assert set(result.shortfall) == set(relative)

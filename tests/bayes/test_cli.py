@@ -378,6 +378,17 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     assert "N by 63\u00a0%" in tilted and "the release does NOT determine these" in tilted
     check = cli.describe_error_check(Result(tight))
     assert check.startswith("a tilt of the objective worth one standard error moved N 21 errors: the")
+    # moments outside what a polynomial likelihood sees: named first, whatever their errors, and left out
+    # of the errors' words; all of them outside, the line says that alone
+    outside = cli.describe_determined(Result(tight), outside=["mean[0]", "cov[0,2]"])
+    assert outside.startswith(
+        "The likelihood sees the data only through sums that leave the mean of X[0], the covariance of X[0] "
+        "and y open (see the check command): the release does NOT determine these at all, whatever the draws."
+        " Other draws of the same posterior"
+    )
+    assert "the means by at most 0.01 sd" in outside and "determines them about that tightly." in outside
+    everything = cli.describe_determined(Result(tight), outside=list(tight))
+    assert everything.endswith("whatever the draws.") and "Other draws" not in everything
     assert "; 4 of 5 could not be checked (a tilted run stopped at its 200 steps short of one" in check
     # moves of a hair above one (kidiq's 1.00-1.02) are the quadratic model holding, not an alarm
     holding = Result(tight)

@@ -182,7 +182,9 @@ def test_a_last_stage_stopped_at_its_cap_is_reported_as_not_converged():
         abs(closed.measure.total_mass() - settled.measure.total_mass())
         < abs(moved.measure.total_mass() - settled.measure.total_mass()) / 10
     )
-    assert "Newton steps checked on the objective followed" in describe_convergence(closed)
+    assert describe_convergence(closed).startswith(
+        "after the last stage stopped, Newton steps checked on the"
+    )
     # All the closing steps taken is no convergence; none taken leaves the last stage's word.
     ran_out = replace(closed, history={**closed.history, "closing_gains": np.ones(CLOSING_STEPS)})
     assert ran_out.converged() is False and ran_out.short_of_optimum() is True
@@ -209,6 +211,8 @@ def two_normals(y=None):
 def test_a_last_stage_still_moving_after_its_first_steps_is_carried_on_by_closing_steps():
     """Given five steps, a two-component mixture's last stage runs on to its cap (20): Newton steps that
     the objective confirms follow, and lower it from where the stage ended by what they gained."""
+    from bayes_recon.cli import describe_convergence
+
     rng = np.random.default_rng(0)
     y = np.where(rng.random(100) < 0.4, -2.0, 2.0) + rng.normal(size=100)
     mcmc = MCMC(NUTS(two_normals), num_warmup=300, num_samples=500, progress_bar=False)
@@ -225,6 +229,11 @@ def test_a_last_stage_still_moving_after_its_first_steps_is_carried_on_by_closin
     assert result.objective == pytest.approx(terms.mean()) and result.objective < ended
     assert (ended - result.objective) / error == pytest.approx(gains.sum(), rel=0.1)
     assert result.converged() is True and result.short_of_optimum() is False
+    said = describe_convergence(result)
+    assert said.startswith(
+        f"the last stage went on past its first 5 steps to {result.history['steps_taken'][0, 3]}"
+    )
+    assert f"followed: {len(gains)}, gaining" in said
 
 
 def test_rounds_run_side_by_side_give_the_result_of_one_round_at_a_time(tmp_path):

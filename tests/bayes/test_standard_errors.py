@@ -19,6 +19,8 @@ from bayes_recon.objective import ScoreMatching, build_point_derivatives
 from bayes_recon.precision import attack_numerics
 from bayes_recon.reconstruct import DETERMINED_WITHIN
 from bayes_recon.standard_errors import (
+    CLOSING_STEPS,
+    Sandwich,
     closing_steps,
     effective_size,
     flat_reach,
@@ -174,6 +176,28 @@ def test_closing_steps_reach_the_optimum_and_stop_where_the_next_would_gain_too_
     assert np.all(closed.gains > 0) and closed.gains.sum() == pytest.approx(drop, rel=0.01)
     untaken = closing_steps(sandwich_at, phi, 2 * start.gain)
     assert len(untaken.gains) == 0 and np.array_equal(untaken.sandwich.phi, phi)
+
+
+def test_closing_steps_stop_by_their_window_on_an_unconfirmed_step_or_at_their_cap():
+    """Scripted gains: steps each under the rule go on while the next and the two before it reach it
+    together; a step the objective does not confirm (no gain) ends them; the first must reach the rule
+    alone; at most CLOSING_STEPS."""
+
+    def scripted(gains):
+        def sandwich_at(phi):
+            k = int(phi[0])
+            gain = gains[k] if k < len(gains) else 0.0
+            return Sandwich(phi, None, None, None, None, None, np.ones(1), gain, -float(k))
+
+        return sandwich_at
+
+    start = jnp.zeros(1)
+    window = closing_steps(scripted([0.3, 0.1, 0.1, 0.04, 0.9]), start, 0.25)
+    assert window.gains.tolist() == [0.3, 0.1, 0.1] and window.sandwich.objective == -3.0
+    assert window.sandwich.gain == 0.04  # what the step not taken would gain
+    assert closing_steps(scripted([0.3, 0.0, 0.9]), start, 0.25).gains.tolist() == [0.3]
+    assert len(closing_steps(scripted([0.2, 0.9]), start, 0.25).gains) == 0
+    assert len(closing_steps(scripted([1.0] * 30), start, 0.25).gains) == CLOSING_STEPS
 
 
 @attack_numerics
