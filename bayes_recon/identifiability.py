@@ -305,13 +305,18 @@ def feature_setup(
     """What :func:`bayes_recon.kernel.model_features` needs: the model, the free columns and up to
     ``max_draws`` draws spread over the chains, in NumPyro's unconstrained coordinates."""
     release = prepare_release(model, draws, free, fixed, support)
-    rows = np.linspace(0, len(release.theta) - 1, min(len(release.theta), max_draws)).round().astype(int)
+    rows = spread_rows(len(release.theta), max_draws)
     weighted, layout, theta = release.weighted_model, release.layout, jnp.asarray(release.theta[rows])
     try:  # whitened: features in the posterior's own units, whatever the parameters' units
         coordinates = Coordinates.standardised(theta)
     except ReconError:  # fewer draws than parameters, or a constant one: the raw coordinates
         coordinates = Coordinates.identity(theta.shape[1])
     return AttackSetup(weighted, layout, coordinates, coordinates.to_attack(theta))
+
+
+def spread_rows(n_draws: int, most: int) -> np.ndarray:
+    """Up to ``most`` of ``n_draws`` rows, evenly spread (over the chains, stored one after another)."""
+    return np.linspace(0, n_draws - 1, min(n_draws, most)).round().astype(int)
 
 
 def probe_size(setup: AttackSetup, config: IdentifiabilityConfig) -> int:
@@ -517,8 +522,7 @@ def undetermined_moments(
 ) -> list[str]:
     """:func:`moments_outside` for an attack's ``setup`` (its draws thinned to ``config.max_draws``) and the
     columns ``names`` of its measure, on fresh probe points."""
-    rows = np.linspace(0, len(setup.draws) - 1, min(len(setup.draws), config.max_draws)).round().astype(int)
-    thinned = setup._replace(draws=setup.draws[rows])
+    thinned = setup._replace(draws=setup.draws[spread_rows(len(setup.draws), config.max_draws)])
     points = probe_points(thinned, probe_size(thinned, config), config.seed)
     return moments_outside(identify(thinned, config, points), points, names, config.tolerance)
 

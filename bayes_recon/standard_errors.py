@@ -90,6 +90,7 @@ ROUNDING = 1e-9
 # quadratic the whole step gives half)
 STEP_HALVINGS = 10
 CONFIRMS = 0.25
+STEP_LENGTHS = 0.5 ** np.arange(STEP_HALVINGS + 1)  # 1, ½, …, 2^-STEP_HALVINGS
 
 # closing_steps: confirmed steps of the sandwich's quadratic model follow one another while the last
 # CLOSING_WINDOW of them (the one about to be taken included) gain what the attack's last stage asks of
@@ -183,7 +184,7 @@ def sandwich_of(
 
 def objective_line(terms_at: Callable[[Array], Array]) -> Line:
     """The objective, the mean of the per-draw ``terms_at(φ)``, along a line (:data:`Line`), compiled."""
-    lengths = jnp.asarray(0.5 ** np.arange(STEP_HALVINGS + 1))
+    lengths = jnp.asarray(STEP_LENGTHS)
 
     @jax.jit
     def line(phi: Array, step: Array) -> tuple[Array, Array, Array]:
@@ -213,14 +214,13 @@ def confirmed_step(
     start, error, at = (
         np.asarray(a) for a in line(phi, jnp.asarray(step if descent else np.zeros_like(step)))
     )
-    lengths = 0.5 ** np.arange(STEP_HALVINGS + 1)
-    confirmed = descent & np.isfinite(at) & (at <= start + CONFIRMS * lengths * slope)
+    confirmed = descent & np.isfinite(at) & (at <= start + CONFIRMS * STEP_LENGTHS * slope)
     if not confirmed.any():
         return np.zeros_like(step), 0.0, float(start)
     lowest = int(np.argmin(np.where(confirmed, at, np.inf)))
     drop = float(start - at[lowest])
     gain = drop / float(error) if error > 0 else (np.inf if error == 0 else np.nan)
-    return lengths[lowest] * step, gain, float(start)
+    return STEP_LENGTHS[lowest] * step, gain, float(start)
 
 
 class Closing(NamedTuple):
