@@ -495,13 +495,16 @@ def moments_outside(
     ``sd[i]``, ``cov[i,j]`` of the columns ``names`` flattened) that are no function of what the release
     determines: a sum they are made of (Σ 1, Σ x_i, Σ x_i², Σ x_i·x_j) is outside the span of
     ``found.statistics`` on the probe ``points``, so measures with every statistic the likelihood sees
-    equal differ in it. Empty where the features are not polynomials (no finite list holds all they see).
+    equal differ in it. Empty where the features are not polynomials (no finite list holds all they see),
+    or where fewer statistics are named than the span's rank: a regression whose covariates the model
+    scales by 10³ and 10⁻³ has a span of rank 10 of which the row echelon named 4, and every moment would
+    have been called undetermined.
 
     A bivariate normal response with a covariate and no intercept sees N, Σ x², Σ x·y and Σ y·yᵀ: no mean
     and no sd is determined, though the attack's Monte Carlo errors, a quadratic model at its optimum,
     put the first response's mean within 0.14 of its sd while it was 0.7 sd off."""
-    if not found.polynomial:
-        return []
+    if not found.polynomial or len(found.statistics) != found.rank:
+        return []  # not polynomials, or their span named only in part (see identify's row echelon)
     n = len(np.asarray(points[names[0]]))
     seen = np.stack([s.per_point(points) for s in found.statistics] or [np.zeros(n)], axis=1)
     x = np.concatenate([np.asarray(points[k], dtype=float).reshape(n, -1) for k in names], axis=1)

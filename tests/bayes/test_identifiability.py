@@ -7,6 +7,8 @@ that differs in a single identified statistic does not.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -155,6 +157,9 @@ def test_moments_outside_what_the_likelihood_sees_are_named():
     assert set(found.names) == {"N", "Σ x²", "Σ x·y", "Σ y²"}
     assert moments_outside(found, points, ["x", "y"]) == ["mean[0]", "sd[0]", "mean[1]", "sd[1]", "cov[0,1]"]
     assert undetermined_moments(setup, ["x", "y"], config) == moments_outside(found, points, ["x", "y"])
+    # a span named only in part (its rank above the statistics named) is no ground to call anything open
+    partly = dataclasses.replace(found, rank=found.rank + 1)
+    assert moments_outside(partly, points, ["x", "y"]) == []
     full = feature_setup(quadratic_regression, _draws(np.random.default_rng(0)), ["x", "y"], None, None, 200)
     points = probe_points(full, 200)
     assert moments_outside(identify(full, IdentifiabilityConfig(), points), points, ["x", "y"]) == []
