@@ -328,27 +328,87 @@ def probe_size(setup: AttackSetup, config: IdentifiabilityConfig) -> int:
 
 
 def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """n random points of the columns' supports (binary columns 0/1), of moderate size.
+    """n random points of the columns' supports (binary columns 0/1), in the model's own units.
 
     Responses (columns an observed site generates) are drawn from the model at the posterior
     mean instead: a coefficient 1/σ² next to β²/σ² is lost to rounding unless they have the
-    model's own scale (earnings in dollars).
+    model's own scale (earnings in dollars). Covariates on the real line or the positive one are
+    spread by the scales of :func:`covariate_scales`, so that a model that multiplies a column by 10³
+    inside (its data in thousandths) is probed where that column moves its features.
     """
     layout, weighted = setup.layout, setup.weighted_model
     data = {**weighted.fixed, **layout.example(1)}
     theta = setup.coordinates.to_model(jnp.mean(setup.draws, axis=0))
     mean = constrain_fn(weighted.model, (), data, weighted.unravel(theta))
     responses, predict = response_predictor(weighted.model, layout, dict(weighted.fixed), mean)
+    kinds = _scalable_coordinates(layout, responses)
 
     @jax.jit
-    def draw(key: jax.Array) -> dict[str, jax.Array]:
+    def draw(key: jax.Array, log_scales: jax.Array) -> jax.Array:
         k1, k2, k3 = jax.random.split(key, 3)
         z, bits = jax.random.normal(k1, (n, layout.dim)), layout.random_bits(k2, n)
+        spread, shift = (jnp.where(kinds == kind, log_scales, 0.0) for kind in (_REAL, _POSITIVE))
+        z = z * jnp.exp(spread) + shift  # c·x for x on the real line, c·exp(z) on the positive one
         if predict is not None:
             z = predict(z, bits, jax.random.normal(k3, (n, len(responses))))
-        return layout.assemble(z, bits)
+        return z, bits
 
-    return {k: np.asarray(v) for k, v in draw(jax.random.PRNGKey(seed)).items()}
+    key = jax.random.PRNGKey(seed)
+    log_scales = covariate_scales(setup, lambda s: draw(key, s), kinds)
+    z, bits = draw(key, log_scales)
+    return {k: np.asarray(v) for k, v in layout.assemble(z, bits).items()}
+
+
+_REAL, _POSITIVE = 1, 2
+SCALE_ROUNDS = 8  # at most, of covariate_scales' update: each one evaluation of the features on the probes
+SCALE_DRAWS, SCALE_POINTS = 50, 200
+
+
+def _scalable_coordinates(layout: pseudo.Layout, responses: Sequence[int]) -> jax.Array:
+    """Per continuous coordinate: _REAL or _POSITIVE for a covariate on that support, else 0 (responses
+    and bounded columns, whose probes are the model's own or the support's)."""
+    kinds = []
+    for name, width in layout.widths(False).items():
+        support = layout.support(name)
+        kind = _REAL if support in (constraints.real, constraints.real_vector) else 0
+        kinds += [_POSITIVE if support is constraints.positive else kind] * width
+    return jnp.asarray([0 if d in responses else k for d, k in enumerate(kinds)], dtype=int)
+
+
+def covariate_scales(
+    setup: AttackSetup, draw: Callable[[jax.Array], tuple[jax.Array, jax.Array]], kinds: jax.Array
+) -> jax.Array:
+    """The log-scale c of every covariate coordinate (0 for the others) at which one step of it moves the
+    model's features by about their own size: with R the median over probes of |φ(x + step) − φ(x)| / |φ(x)|
+    (a step of c on the real line, a factor e on the positive one, the responses held), each round sets
+    c ← c·R^(−2/3), which settles whether the features are of degree 1 or 2 in it (R ∝ c or c²), until
+    every R is within a factor 2 of 1. On unit probes a regression whose model takes 10³·x1 and 10⁻³·x2
+    named 4 of the 10 statistics its features span, each a mixture of monomials 10¹² apart (rank 9 on
+    prior draws); a covariate the features do not depend on keeps its scale."""
+    scaled = np.flatnonzero(np.asarray(kinds))
+    log_scales = jnp.zeros(len(kinds))
+    if not len(scaled):
+        return log_scales
+    thinned = setup._replace(draws=setup.draws[spread_rows(len(setup.draws), SCALE_DRAWS)])
+    for _ in range(SCALE_ROUNDS):
+        z, bits = draw(log_scales)
+        z, bits = z[:SCALE_POINTS], bits[:SCALE_POINTS]
+        steps = jnp.where(kinds == _REAL, jnp.exp(log_scales), 1.0)
+        moved = [z.at[:, d].add(steps[d]) for d in scaled]
+        stacked = setup.layout.assemble(jnp.concatenate([z, *moved]), jnp.tile(bits, (len(scaled) + 1, 1)))
+        features = model_features(thinned, {k: np.asarray(v) for k, v in stacked.items()}, SCALE_DRAWS)
+        blocks = np.nan_to_num(features, posinf=0.0, neginf=0.0).reshape(len(scaled) + 1, len(z), -1)
+        size = np.linalg.norm(blocks[0], axis=1)
+        if not np.any(size > 0):
+            break
+        changes = np.median(
+            np.linalg.norm(blocks[1:, size > 0] - blocks[0, size > 0], axis=2) / size[size > 0], axis=1
+        )
+        usable = np.isfinite(changes) & (changes > 0)  # zero: the features do not depend on it
+        if np.all(np.abs(np.log(changes[usable])) < np.log(2.0)):
+            break
+        log_scales = log_scales.at[scaled[usable]].add(-2.0 / 3.0 * np.log(changes[usable]))
+    return log_scales
 
 
 def same_span(a: np.ndarray, b: np.ndarray, tolerance: float = 1e-8) -> bool:

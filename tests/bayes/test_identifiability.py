@@ -81,6 +81,38 @@ def test_polynomial_features_reveal_the_first_four_moments():
     assert set(found.names) == expected
 
 
+def rescaled_regression(x1, x2, y=None, units=(1.0, 1.0)):
+    """A regression whose model takes its covariates in other units than its data's (x1 in thousandths)."""
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("data", x1.shape[0]):
+        mean = beta[0] + beta[1] * x1 * units[0] + beta[2] * x2 * units[1]
+        numpyro.sample("y", dist.Normal(mean, sigma), obs=y)
+
+
+@pytest.mark.parametrize("units", [(1.0, 1.0), (1e3, 1e-3), (1e-4, 1e4)])
+def test_statistics_do_not_depend_on_the_units_the_model_takes(units):
+    """Unit probes of a model that multiplies x1 by 10³ and x2 by 10⁻³ named 4 of the 10 statistics,
+    each a mixture of monomials 10¹² apart; probed in the model's units, every one is named."""
+    found = identifiable_statistics(
+        rescaled_regression, _draws(np.random.default_rng(0)), free=["x1", "x2", "y"], fixed={"units": units},
+        config=IdentifiabilityConfig(max_degree=2),
+    )  # fmt: skip
+    assert found.rank == 10
+    assert found.names == [
+        "N",
+        "Σ x1",
+        "Σ x2",
+        "Σ y",
+        "Σ x1²",
+        "Σ x1·x2",
+        "Σ x1·y",
+        "Σ x2²",
+        "Σ x2·y",
+        "Σ y²",
+    ]
+
+
 def test_data_sets_with_equal_statistics_have_equal_features():
     rng = np.random.default_rng(1)
     draws = _draws(rng, 50)
