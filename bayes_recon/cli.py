@@ -653,7 +653,9 @@ def describe_remedies(recon: Any, points: int) -> str:
     (stop 34: 600 steps sent a logistic regression's mass to 5.8e17). In the synthetic suite a Laplace
     regression of 100 rows and three covariates ended at mass 16, its objective 0.72 above the true
     data's, with 10 points (0.37 above with 600 steps), and at mass 94 with 50, the self-check passed;
-    of 1,000 rows and one covariate, at mass 50 (60 with 600 steps) and 965.
+    of 1,000 rows and one covariate, at mass 50 (60 with 600 steps) and 965; of 1,000 rows and three
+    covariates (stop 68), at mass 208 with 50 points, failing the self-check, and at 1,356 with 200
+    (N's error ±640), passing it.
     """
     from bayes_recon.verdict import closing_remedy, passed_over_words
 

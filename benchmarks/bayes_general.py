@@ -246,8 +246,8 @@ class Dataset:
         }
 
 
-def cache_path(cache: Path, family: str, n: int, k: int) -> Path:
-    return cache / f"{family}_n{n}_k{k}.npz"
+def cache_path(cache: Path, family: str, n: int, k: int, samples: int = SAMPLES) -> Path:
+    return cache / f"{family}_n{n}_k{k}{'' if samples == SAMPLES else f'_s{samples}'}.npz"
 
 
 def simulate(family: Family, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -272,8 +272,8 @@ def simulate(family: Family, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np
     return x, y, scales, truth
 
 
-def load_or_sample(family: Family, n: int, k: int, cache: Path) -> Dataset:
-    path = cache_path(cache, family.name, n, k)
+def load_or_sample(family: Family, n: int, k: int, cache: Path, samples: int = SAMPLES) -> Dataset:
+    path = cache_path(cache, family.name, n, k, samples)
     if not path.exists():
         x, y, scales, truth = simulate(family, n, k)
         started = time.perf_counter()
@@ -281,7 +281,7 @@ def load_or_sample(family: Family, n: int, k: int, cache: Path) -> Dataset:
         # unconstrained) a Poisson chain with its covariate at 1e3 stuck at b = 0.05 (truth 0.001),
         # a with sd 1e-8: draws of no posterior, which no attack can match.
         nuts = NUTS(build_model(family, scales), init_strategy=init_to_value(values=truth))
-        mcmc = MCMC(nuts, num_warmup=WARMUP, num_samples=SAMPLES, progress_bar=False)
+        mcmc = MCMC(nuts, num_warmup=WARMUP, num_samples=samples, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(0), X=jnp.asarray(x), y=jnp.asarray(y), extra_fields=("diverging",))
         seconds = time.perf_counter() - started
         stuck = [name for name, v in mcmc.get_samples().items() if np.any(np.std(np.asarray(v), axis=0) == 0)]
@@ -446,9 +446,11 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
-def run_attack(family: str, n: int, k: int, m: int, seed: int, settings: dict, cache: Path) -> dict:
+def run_attack(
+    family: str, n: int, k: int, m: int, seed: int, settings: dict, cache: Path, samples: int
+) -> dict:
     """One attack and its checks, in a fresh process (see :func:`in_fresh_process`)."""
-    data = load_or_sample(BY_NAME[family], n, k, cache)
+    data = load_or_sample(BY_NAME[family], n, k, cache, samples)
     before = peak_rss_mb()
     config = br.ReconConfig(**settings)  # --restarts, --steps where given
     result = br.reconstruct(data.model, data.draws, free=data.free, n_points=m, seed=seed, config=config)
@@ -622,7 +624,7 @@ def synthetic(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
     for family in args.families:
         for n in args.n:
             for k in args.covariates:
-                data = load_or_sample(BY_NAME[family], n, k, args.cache)
+                data = load_or_sample(BY_NAME[family], n, k, args.cache, args.samples)
                 datasets.append(data.describe())
                 for m in args.points:
                     groups.append([])
@@ -630,7 +632,9 @@ def synthetic(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
                         run = {"family": family, "N": n, "k": k, "M": m, "seed": seed}
                         settings = {k: getattr(args, k) for k in ("restarts", "steps") if getattr(args, k)}
                         run |= {"settings": settings}
-                        run |= in_fresh_process(run_attack, family, n, k, m, seed, settings, args.cache)
+                        run |= in_fresh_process(
+                            run_attack, family, n, k, m, seed, settings, args.cache, args.samples
+                        )
                         runs.append(run)
                         groups[-1].append(run)
                         print(run_line(run), flush=True)
@@ -762,6 +766,9 @@ def main() -> None:
         help="ReconConfig.steps: the last stage's steps before its gain rule (default: ReconConfig's)",
     )
     parser.add_argument("--cache", type=Path, default=CACHE, help="simulated data and NUTS draws")
+    parser.add_argument(
+        "--samples", type=int, default=SAMPLES, help=f"NUTS draws after warm-up, synthetic part ({SAMPLES})"
+    )
     parser.add_argument("--registry", action="store_true", help="run the registry posteriors instead")
     parser.add_argument(
         "--posteriors",
@@ -804,7 +811,7 @@ def main() -> None:
         args.covariates = args.covariates or [1, 3]
     default = "bayes_general_registry.json" if args.registry else "bayes_general.json"
     path = args.json or Path("results") / default
-    settings = {"command": sys.argv, "nuts": {"warmup": WARMUP, "samples": SAMPLES, "chains": 1}}
+    settings = {"command": sys.argv, "nuts": {"warmup": WARMUP, "samples": args.samples, "chains": 1}}
 
     def write(payload: dict) -> None:
         """Rewrite the JSON after every run, so an interrupted suite keeps what it measured."""
