@@ -676,30 +676,11 @@ def describe_remedies(recon: Any, points: int) -> str:
     return "the numbers above are not to be trusted; rerun with: " + "; ".join(remedies) + "."
 
 
-def _moment_names(recon: Any) -> Callable[[str], str]:
-    """The name of a statistic of :func:`bayes_recon.reconstruct.statistics_spread` ("N", "the mean of
-    X[0]", "the covariance of X[0] and y") from its key."""
-    labels = [  # the history's coordinates: the free columns flattened, in the measure's order
-        name if len(v.shape) == 1 else f"{name}[{j}]"
-        for name, v in recon.measure.points.items()
-        for j in range(math.prod(v.shape[1:]))
-    ]
-
-    def named(key: str) -> str:
-        if key == "total_mass":
-            return "N"
-        statistic, index = key.rstrip("]").split("[")
-        if statistic == "cov":
-            first, second = (labels[int(i)] for i in index.split(","))
-            return f"the covariance of {first} and {second}"
-        return f"the {statistic} of {labels[int(index)]}"
-
-    return named
-
-
 def _spread_words(recon: Any, spread: dict[str, float]) -> str:
     """Each statistic of :func:`bayes_recon.reconstruct.statistics_spread` named, with its spread."""
-    named = _moment_names(recon)
+    from bayes_recon.reconstruct import moment_namer
+
+    named = moment_namer(recon.measure.points)
 
     def size(key: str, value: float) -> str:
         if not math.isfinite(value):
@@ -778,7 +759,8 @@ def describe_determined(recon: Any, tilted: bool = False, outside: Sequence[str]
     likelihood sees, :func:`bayes_recon.identifiability.undetermined_moments`). A quantile regression
     stopped at its step cap had standard errors of 5 % on a covariate's sd 30 % off; 600 steps on, 67 % on
     27 %."""
-    from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_TILT
+    from bayes_recon.reconstruct import DETERMINED_WITHIN, UNSEEN_TILT, moment_namer
+    from bayes_recon.verdict import undetermined_words
 
     unseen = (
         f"N is NOT determined: {percent(recon.unseen_mass)} of the recovered mass sits where the likelihood "
@@ -787,12 +769,7 @@ def describe_determined(recon: Any, tilted: bool = False, outside: Sequence[str]
         if _leaves_n_open(recon)
         else ""
     )
-    if outside:
-        named = _moment_names(recon)
-        unseen += (
-            f"The likelihood sees the data only through sums that leave {', '.join(map(named, outside))} "
-            "open (see the check command): the release does NOT determine these at all, whatever the draws. "
-        )
+    unseen += undetermined_words([moment_namer(recon.measure.points)(k) for k in outside])
     errors = recon.tilted_standard_errors if tilted else recon.standard_errors
     errors = {k: math.inf if k in outside else v for k, v in errors.items()}
     runs = (
@@ -844,9 +821,10 @@ def describe_shortfall(recon: Any, errors: Mapping[str, float]) -> str:
 
 def describe_error_check(recon: Any) -> str:
     """What the check of the standard errors one error out found (:attr:`Reconstruction.error_moves`)."""
+    from bayes_recon.reconstruct import moment_namer
     from bayes_recon.standard_errors import FLATTER, TILT_STEPS
 
-    moves, named = recon.error_moves, _moment_names(recon)
+    moves, named = recon.error_moves, moment_namer(recon.measure.points)
     told = {k: m for k, m in moves.items() if not math.isnan(m)}
     flatter = [
         f"{named(k)} {number(m)} errors" if math.isfinite(m) else f"{named(k)} without bound"

@@ -1023,6 +1023,27 @@ def _available_memory() -> int:
     return max(free, 0)
 
 
+def moment_namer(points: Mapping[str, Any]) -> Callable[[str], str]:
+    """The name of a statistic of :func:`statistics_spread` ("N", "the mean of X[0]", "the covariance of
+    X[0] and y") from its key, for a measure's ``points``."""
+    labels = [  # the coordinates: the free columns flattened, in the measure's order
+        name if len(np.shape(v)) == 1 else f"{name}[{j}]"
+        for name, v in points.items()
+        for j in range(int(np.prod(np.shape(v)[1:], dtype=int)))
+    ]
+
+    def named(key: str) -> str:
+        if key == "total_mass":
+            return "N"
+        statistic, index = key.rstrip("]").split("[")
+        if statistic == "cov":
+            first, second = (labels[int(i)] for i in index.split(","))
+            return f"the covariance of {first} and {second}"
+        return f"the {statistic} of {labels[int(index)]}"
+
+    return named
+
+
 def statistics_spread(
     mass: np.ndarray, mean: np.ndarray, var: np.ndarray, cov: np.ndarray | None = None
 ) -> dict[str, float]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 
 from bayes_recon.identifiability import moments_outside
-from bayes_recon.reconstruct import DETERMINED_WITHIN
+from bayes_recon.reconstruct import DETERMINED_WITHIN, moment_namer
 from recon_core.headline import Headline, Severity, number, percent, words
 
 if TYPE_CHECKING:
@@ -86,8 +86,8 @@ class Findings:
     restarts: int
     restarts_agreeing: int
     restart_spread: float
-    # the largest over N and the columns' moments (statistics_spread's units); infinite where one of them
-    # is outside what a polynomial likelihood sees (identifiability.moments_outside)
+    # the largest over N and the columns' moments (statistics_spread's units) but those ``undetermined``;
+    # infinite where every one of them is
     standard_error: float
     # the largest distance still to go to the optimum (Reconstruction.shortfall) among the statistics where
     # it is beyond their standard error; 0 where it is nowhere
@@ -96,6 +96,9 @@ class Findings:
     whole: SmallerRelease  # the release itself, every draw, scored as the smaller ones are
     noisy: tuple[NoisyRelease, ...] | None
     file_leaks: tuple[Mapping[str, Any], ...] = ()
+    # N and the moments (named) outside what a polynomial likelihood sees (identifiability.moments_outside):
+    # no number of draws determines them
+    undetermined: tuple[str, ...] = ()
     # False where the features are not polynomials: the ``statistics`` are then N and the columns'
     # moments, scored though the release need not pin them down, and not all it may reveal
     complete: bool = True
@@ -189,7 +192,10 @@ def findings(audit: Audit) -> Findings:
         whole=releases[-1],
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
-        standard_error=math.inf if outside else max(recon.standard_errors.values()),
+        standard_error=max(
+            (v for k, v in recon.standard_errors.items() if k not in outside), default=math.inf
+        ),
+        undetermined=tuple(map(moment_namer(recon.measure.points), outside)),
         shortfall=max((v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]), default=0.0),
         closer=closing_remedy(recon),
         short_of_optimum=bool(recon.short_of_optimum()),
@@ -426,13 +432,13 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "
         "correlation)"
         if math.isfinite(found.standard_error)
-        else "by an unbounded amount (a standard error that is not finite, or a moment outside the "
-        "statistics the likelihood sees)"
+        else "by an unbounded amount (a standard error that is not finite)"
     )
     determined = (
-        "Other draws of the same posterior (or another restart as good) would move the attack's N and "
-        "columns' means, sds and "
-        f"covariances {size}"
+        undetermined_words(found.undetermined)
+        + "Other draws of the same posterior (or another restart as good) would move the attack's "
+        + ("other statistics among " if found.undetermined else "")
+        + f"N and columns' means, sds and covariances {size}"
         + (
             ": the release determines them about that tightly."
             if 2 * found.standard_error < DETERMINED_WITHIN
@@ -453,6 +459,16 @@ def _confidence(found: Findings) -> tuple[str, ...]:
         )
     )
     return check, spread, determined
+
+
+def undetermined_words(names: Sequence[str]) -> str:
+    """The sentence (and a space) naming the moments no draws determine; nothing where there are none."""
+    if not names:
+        return ""
+    return (
+        f"The likelihood sees the data only through sums that leave {words(list(names))} open (see the "
+        "check command): the release does NOT determine these at all, whatever the draws. "
+    )
 
 
 def _shortfall_size(shortfall: float) -> str:

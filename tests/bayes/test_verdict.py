@@ -239,6 +239,23 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     assert "the release does not determine them all" in unbounded["How sure the audit is"][2]
 
 
+def test_moments_no_draws_determine_are_named_and_the_rest_keep_their_errors():
+    """Moments outside what the likelihood sees (a regression through the origin: every mean and sd) are
+    named as not determined at all; the others' standard error still reads as one."""
+    found = dataclasses.replace(
+        kidiq_like(0.012), standard_error=0.03, undetermined=("the mean of x", "the sd of x")
+    )
+    sure = dict(headline(found).points)["How sure the audit is"][2]
+    assert sure.startswith(
+        "The likelihood sees the data only through sums that leave the mean of x and the sd of x open (see "
+        "the check command): the release does NOT determine these at all, whatever the draws. Other draws "
+        "of the same posterior (or another restart as good) would move the attack's other statistics among "
+        "N and columns' means, sds and covariances by up to 3\u00a0% (one standard error"
+    )
+    assert "the release determines them about that tightly" in sure
+    assert "leave" not in dict(headline(kidiq_like(0.012)).points)["How sure the audit is"][2]
+
+
 def test_an_attack_short_of_its_optimum_says_so_without_blaming_the_release():
     """A shortfall beyond the standard errors is the optimiser's: the release is still said to determine
     the statistics as tightly as its standard errors say, and the distance still to go is named."""
