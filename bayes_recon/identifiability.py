@@ -24,6 +24,7 @@ import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -343,30 +344,32 @@ def probe_points(setup: AttackSetup, n: int, seed: int = 0) -> dict[str, np.ndar
     responses, predict = response_predictor(weighted.model, layout, dict(weighted.fixed), mean)
     kinds = _scalable_coordinates(layout, responses)
 
-    @jax.jit
-    def draw(key: jax.Array, log_scales: jax.Array) -> jax.Array:
+    @partial(jax.jit, static_argnames="rows")
+    def draw(key: jax.Array, log_scales: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
         k1, k2, k3 = jax.random.split(key, 3)
-        z, bits = jax.random.normal(k1, (n, layout.dim)), layout.random_bits(k2, n)
+        z, bits = jax.random.normal(k1, (rows, layout.dim)), layout.random_bits(k2, rows)
         spread, shift = (jnp.where(kinds == kind, log_scales, 0.0) for kind in (_REAL, _POSITIVE))
         z = z * jnp.exp(spread) + shift  # c·x for x on the real line, c·exp(z) on the positive one
         if predict is not None:
-            z = predict(z, bits, jax.random.normal(k3, (n, len(responses))))
+            z = predict(z, bits, jax.random.normal(k3, (rows, len(responses))))
         return z, bits
 
     key = jax.random.PRNGKey(seed)
-    log_scales = covariate_scales(setup, lambda s: draw(key, s), kinds)
-    z, bits = draw(key, log_scales)
+    log_scales = covariate_scales(setup, lambda s: draw(key, s, min(n, SCALE_POINTS)), kinds)
+    z, bits = draw(key, log_scales, n)
     return {k: np.asarray(v) for k, v in layout.assemble(z, bits).items()}
 
 
 _REAL, _POSITIVE = 1, 2
-SCALE_ROUNDS = 8  # at most, of covariate_scales' update: each one evaluation of the features on the probes
+SCALE_ROUNDS = 8  # covariate_scales' rounds at most, each one evaluation of the features on the probes
 SCALE_DRAWS, SCALE_POINTS = 50, 200
+SCALE_BOUND = 8 * np.log(10.0)
 
 
 def _scalable_coordinates(layout: pseudo.Layout, responses: Sequence[int]) -> jax.Array:
     """Per continuous coordinate: _REAL or _POSITIVE for a covariate on that support, else 0 (responses
-    and bounded columns, whose probes are the model's own or the support's)."""
+    and bounded columns, whose probes are the model's own or the support's). A response without a
+    predictor (no quantile function) counts as a covariate."""
     kinds = []
     for name, width in layout.widths(False).items():
         support = layout.support(name)
@@ -379,36 +382,56 @@ def covariate_scales(
     setup: AttackSetup, draw: Callable[[jax.Array], tuple[jax.Array, jax.Array]], kinds: jax.Array
 ) -> jax.Array:
     """The log-scale c of every covariate coordinate (0 for the others) at which one step of it moves the
-    model's features by about their own size: with R the median over probes of |φ(x + step) − φ(x)| / |φ(x)|
-    (a step of c on the real line, a factor e on the positive one, the responses held), each round sets
-    c ← c·R^(−2/3), which settles whether the features are of degree 1 or 2 in it (R ∝ c or c²), until
-    every R is within a factor 2 of 1. On unit probes a regression whose model takes 10³·x1 and 10⁻³·x2
-    named 4 of the 10 statistics its features span, each a mixture of monomials 10¹² apart (rank 9 on
-    prior draws); a covariate the features do not depend on keeps its scale."""
+    model's features by about their own size, so that monomials of the probes are of one size in the
+    features' units: a regression whose model takes 10³·x1 and 10⁻³·x2, probed at unit scale, named 4
+    of the 10 statistics its features span, each a mixture of monomials 10¹² apart.
+
+    R is the median over probes (``draw``, given the log-scales) of |φ(x + step) − φ(x)| / |φ(x)|, a step
+    of c on the real line and a factor e on the positive one, the responses held; probes whose features
+    are not finite are left out. Each round moves log c by −r·log R, r = 2/3 at first: where the
+    features are of degree p in the covariate and the rest of them dominate, R ∝ c^p and the error in
+    log R shrinks by 1 − 2p/3 (p = 1, 2); where log R changes sign (an overshoot, p ≥ 3), r halves. R can
+    stay put over a range of c (responses drawn given the covariate: both |φ| and its change grow with
+    c until the rest of φ dominates; that regression's x1 went R = 37, 34, 8, 2.5, 1.4), and never move
+    (features in the covariate's logarithm, which its units only shift): c stays within 10^±8. A
+    covariate the features do not depend on keeps its scale. The rounds stop when every R is within a
+    factor 2 of 1, or after ``SCALE_ROUNDS``."""
     scaled = np.flatnonzero(np.asarray(kinds))
-    log_scales = jnp.zeros(len(kinds))
-    if not len(scaled):
-        return log_scales
+    log_scales = np.zeros(len(kinds))
+    rate, active = np.full(len(scaled), 2.0 / 3.0), np.ones(len(scaled), dtype=bool)
     thinned = setup._replace(draws=setup.draws[spread_rows(len(setup.draws), SCALE_DRAWS)])
-    for _ in range(SCALE_ROUNDS):
-        z, bits = draw(log_scales)
-        z, bits = z[:SCALE_POINTS], bits[:SCALE_POINTS]
-        steps = jnp.where(kinds == _REAL, jnp.exp(log_scales), 1.0)
-        moved = [z.at[:, d].add(steps[d]) for d in scaled]
-        stacked = setup.layout.assemble(jnp.concatenate([z, *moved]), jnp.tile(bits, (len(scaled) + 1, 1)))
-        features = model_features(thinned, {k: np.asarray(v) for k, v in stacked.items()}, SCALE_DRAWS)
-        blocks = np.nan_to_num(features, posinf=0.0, neginf=0.0).reshape(len(scaled) + 1, len(z), -1)
-        size = np.linalg.norm(blocks[0], axis=1)
-        if not np.any(size > 0):
+    last_change = None
+    for _ in range(SCALE_ROUNDS if len(scaled) else 0):
+        change = _log_changes(thinned, draw(jnp.asarray(log_scales)), kinds, scaled, log_scales)
+        active &= np.isfinite(change)  # NaN: the features do not depend on it (or nowhere finite)
+        if last_change is not None:
+            rate = np.where(np.sign(change) != np.sign(last_change), rate / 2, rate)
+        if not np.any(active & (np.abs(np.nan_to_num(change)) >= np.log(2.0))):
             break
-        changes = np.median(
-            np.linalg.norm(blocks[1:, size > 0] - blocks[0, size > 0], axis=2) / size[size > 0], axis=1
-        )
-        usable = np.isfinite(changes) & (changes > 0)  # zero: the features do not depend on it
-        if np.all(np.abs(np.log(changes[usable])) < np.log(2.0)):
-            break
-        log_scales = log_scales.at[scaled[usable]].add(-2.0 / 3.0 * np.log(changes[usable]))
-    return log_scales
+        last_change = change
+        step = np.where(active, -rate * np.nan_to_num(change), 0.0)
+        log_scales[scaled] = np.clip(log_scales[scaled] + step, -SCALE_BOUND, SCALE_BOUND)
+    return jnp.asarray(log_scales)
+
+
+def _log_changes(
+    setup: AttackSetup, probes: tuple[jax.Array, jax.Array], kinds: jax.Array, scaled: np.ndarray,
+    log_scales: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """log R of :func:`covariate_scales` for every scaled coordinate; NaN where R is 0 or nowhere finite."""
+    z, bits = probes
+    steps = np.where(np.asarray(kinds) == _REAL, np.exp(log_scales), 1.0)
+    moved = [z.at[:, d].add(steps[d]) for d in scaled]
+    stacked = setup.layout.assemble(jnp.concatenate([z, *moved]), jnp.tile(bits, (len(scaled) + 1, 1)))
+    features = model_features(setup, {k: np.asarray(v) for k, v in stacked.items()})
+    blocks = features.reshape(len(scaled) + 1, len(z), -1)
+    with np.errstate(all="ignore"):
+        change = np.linalg.norm(blocks[1:] - blocks[0], axis=2) / np.linalg.norm(blocks[0], axis=1)
+        change[~np.isfinite(change)] = np.nan
+        counted = np.isfinite(change).any(axis=1)
+        median = np.full(len(scaled), np.nan)
+        median[counted] = np.nanmedian(change[counted], axis=1)
+        return np.where(median > 0, np.log(median), np.nan)
 
 
 def same_span(a: np.ndarray, b: np.ndarray, tolerance: float = 1e-8) -> bool:

@@ -86,8 +86,8 @@ class Findings:
     restarts: int
     restarts_agreeing: int
     restart_spread: float
-    # the largest over N and the columns' moments (statistics_spread's units) but those ``undetermined``;
-    # infinite where every one of them is
+    # the largest over N and the columns' moments (statistics_spread's units) but those ``undetermined``
+    # (NaN where every one is); infinite where one of theirs is
     standard_error: float
     # the largest distance still to go to the optimum (Reconstruction.shortfall) among the statistics where
     # it is beyond their standard error; 0 where it is nowhere
@@ -193,10 +193,13 @@ def findings(audit: Audit) -> Findings:
         noisy=None if audit.attack.entry.linear is None else noisy,
         file_leaks=tuple(audit.file_leaks),
         standard_error=max(
-            (v for k, v in recon.standard_errors.items() if k not in outside), default=math.inf
+            (v for k, v in recon.standard_errors.items() if k not in outside), default=math.nan
         ),
         undetermined=tuple(map(moment_namer(recon.measure.points), outside)),
-        shortfall=max((v for k, v in recon.shortfall.items() if v > recon.standard_errors[k]), default=0.0),
+        shortfall=max(
+            (v for k, v in recon.shortfall.items() if k not in outside and v > recon.standard_errors[k]),
+            default=0.0,
+        ),
         closer=closing_remedy(recon),
         short_of_optimum=bool(recon.short_of_optimum()),
         complete=check.polynomial,
@@ -458,6 +461,8 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             )
         )
     )
+    if math.isnan(found.standard_error):  # every statistic undetermined: nothing else to size
+        determined = undetermined_words(found.undetermined).rstrip()
     return check, spread, determined
 
 

@@ -232,7 +232,8 @@ def test_an_interrupted_audit_resumes_its_attack_from_the_checkpoint(tmp_path):
     audit_posterior(
         NAME, config=config, progress=lambda done, total: reported.append(done), checkpoint=folder
     )
-    assert reported == [2, 3]  # the kept rounds were read back; then the third
+    # the kept rounds were read back, then the third ran; the end (the check's place) is reported last
+    assert reported == [2, 3, 3]
     checkpoint.remove(folder)  # without the pattern, the attacks' subfolders are left alone
     assert all(path.is_file() for path in kept)
     checkpoint.remove(folder, ATTACK_CHECKPOINT)

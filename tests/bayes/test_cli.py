@@ -383,8 +383,8 @@ def test_standard_errors_that_reach_a_quarter_say_the_release_does_not_determine
     outside = cli.describe_determined(Result(tight), outside=["mean[0]", "cov[0,2]"])
     assert outside.startswith(
         "The likelihood sees the data only through sums that leave the mean of X[0] and the covariance of "
-        "X[0] and y open (see the check command): the release does NOT determine these at all, whatever the draws."
-        " Other draws of the same posterior"
+        "X[0] and y open (see the check command): the release does NOT determine these at all, whatever the "
+        "draws. Other draws of the same posterior"
     )
     assert "the means by at most 0.01 sd" in outside and "determines them about that tightly." in outside
     everything = cli.describe_determined(Result(tight), outside=list(tight))

@@ -90,13 +90,17 @@ def rescaled_regression(x1, x2, y=None, units=(1.0, 1.0)):
         numpyro.sample("y", dist.Normal(mean, sigma), obs=y)
 
 
-@pytest.mark.parametrize("units", [(1.0, 1.0), (1e3, 1e-3), (1e-4, 1e4)])
-def test_statistics_do_not_depend_on_the_units_the_model_takes(units):
+@pytest.mark.parametrize(
+    ("units", "support"),
+    [((1.0, 1.0), None), ((1e3, 1e-3), None), ((1e-4, 1e4), None), ((1e-4, 1e4), "positive")],
+)
+def test_statistics_do_not_depend_on_the_units_the_model_takes(units, support):
     """Unit probes of a model that multiplies x1 by 10³ and x2 by 10⁻³ named 4 of the 10 statistics,
-    each a mixture of monomials 10¹² apart; probed in the model's units, every one is named."""
+    each a mixture of monomials 10¹² apart (and on these draws, of rank 9 and 7 for the two rescalings);
+    probed in the model's units, every one is named, x2 on the real line or the positive one."""
     found = identifiable_statistics(
         rescaled_regression, _draws(np.random.default_rng(0)), free=["x1", "x2", "y"], fixed={"units": units},
-        config=IdentifiabilityConfig(max_degree=2),
+        support=None if support is None else {"x2": support}, config=IdentifiabilityConfig(max_degree=2),
     )  # fmt: skip
     assert found.rank == 10
     assert found.names == [

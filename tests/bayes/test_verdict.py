@@ -254,6 +254,12 @@ def test_moments_no_draws_determine_are_named_and_the_rest_keep_their_errors():
     )
     assert "the release determines them about that tightly" in sure
     assert "leave" not in dict(headline(kidiq_like(0.012)).points)["How sure the audit is"][2]
+    every = dataclasses.replace(
+        kidiq_like(0.012), standard_error=float("nan"), undetermined=("N", "the mean of x")
+    )
+    alone = dict(headline(every).points)["How sure the audit is"][2]
+    assert alone.endswith("leave N and the mean of x open (see the check command): the release does NOT "
+                          "determine these at all, whatever the draws.")  # fmt: skip
 
 
 def test_an_attack_short_of_its_optimum_says_so_without_blaming_the_release():
