@@ -627,7 +627,7 @@ def _closing_words(recon: Any) -> str:
     lead = (
         f"the last stage went on past its first {steps} steps to {taken}{cap}, so"
         if taken > steps
-        else ("after the last stage stopped,")
+        else "after the last stage stopped,"
     )
     return (
         f"{lead} Newton steps checked on the objective followed: {len(gains)}, gaining "
@@ -769,7 +769,7 @@ def describe_determined(recon: Any, tilted: bool = False, outside: Sequence[str]
         if _leaves_n_open(recon)
         else ""
     )
-    unseen += undetermined_words([moment_namer(recon.measure.points)(k) for k in outside])
+    unseen += undetermined_words(list(map(moment_namer(recon.measure.points), outside)))
     errors = recon.tilted_standard_errors if tilted else recon.standard_errors
     errors = {k: math.inf if k in outside else v for k, v in errors.items()}
     runs = (

@@ -182,3 +182,8 @@ def check_draws(
     if next(iter(n_draws)) < 10:
         raise ReconError(f"only {next(iter(n_draws))} draws; the divergence needs many (hundreds or more)")
     return out
+
+
+def spread_rows(n_draws: int, most: int) -> np.ndarray:
+    """Up to ``most`` of ``n_draws`` rows, evenly spread (over the chains, stored one after another)."""
+    return np.linspace(0, n_draws - 1, min(n_draws, most)).round().astype(int)

@@ -37,6 +37,7 @@ from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
 from bayes_recon.divergence import Coordinates
+from bayes_recon.draws import spread_rows
 from bayes_recon.kernel import model_features
 from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.models import LinearGaussian
@@ -315,11 +316,6 @@ def feature_setup(
     return AttackSetup(weighted, layout, coordinates, coordinates.to_attack(theta))
 
 
-def spread_rows(n_draws: int, most: int) -> np.ndarray:
-    """Up to ``most`` of ``n_draws`` rows, evenly spread (over the chains, stored one after another)."""
-    return np.linspace(0, n_draws - 1, min(n_draws, most)).round().astype(int)
-
-
 def probe_size(setup: AttackSetup, config: IdentifiabilityConfig) -> int:
     """Probe points enough for every monomial of degree ≤ max_degree, ``probe_factor`` times over."""
     return (
@@ -366,7 +362,7 @@ SCALE_DRAWS, SCALE_POINTS = 50, 200
 SCALE_BOUND = 8 * np.log(10.0)
 
 
-def _scalable_coordinates(layout: pseudo.Layout, responses: Sequence[int]) -> jax.Array:
+def _scalable_coordinates(layout: pseudo.Layout, responses: Sequence[int]) -> np.ndarray:
     """Per continuous coordinate: _REAL or _POSITIVE for a covariate on that support, else 0 (responses
     and bounded columns, whose probes are the model's own or the support's). A response without a
     predictor (no quantile function) counts as a covariate."""
@@ -375,11 +371,11 @@ def _scalable_coordinates(layout: pseudo.Layout, responses: Sequence[int]) -> ja
         support = layout.support(name)
         kind = _REAL if support in (constraints.real, constraints.real_vector) else 0
         kinds += [_POSITIVE if support is constraints.positive else kind] * width
-    return jnp.asarray([0 if d in responses else k for d, k in enumerate(kinds)], dtype=int)
+    return np.asarray([0 if d in responses else k for d, k in enumerate(kinds)], dtype=int)
 
 
 def covariate_scales(
-    setup: AttackSetup, draw: Callable[[jax.Array], tuple[jax.Array, jax.Array]], kinds: jax.Array
+    setup: AttackSetup, draw: Callable[[jax.Array], tuple[jax.Array, jax.Array]], kinds: np.ndarray
 ) -> jax.Array:
     """The log-scale c of every covariate coordinate (0 for the others) at which one step of it moves the
     model's features by about their own size, so that monomials of the probes are of one size in the
@@ -396,7 +392,7 @@ def covariate_scales(
     (features in the covariate's logarithm, which its units only shift): c stays within 10^±8. A
     covariate the features do not depend on keeps its scale. The rounds stop when every R is within a
     factor 2 of 1, or after ``SCALE_ROUNDS``."""
-    scaled = np.flatnonzero(np.asarray(kinds))
+    scaled = np.flatnonzero(kinds)
     log_scales = np.zeros(len(kinds))
     rate, active = np.full(len(scaled), 2.0 / 3.0), np.ones(len(scaled), dtype=bool)
     thinned = setup._replace(draws=setup.draws[spread_rows(len(setup.draws), SCALE_DRAWS)])
@@ -415,12 +411,12 @@ def covariate_scales(
 
 
 def _log_changes(
-    setup: AttackSetup, probes: tuple[jax.Array, jax.Array], kinds: jax.Array, scaled: np.ndarray,
+    setup: AttackSetup, probes: tuple[jax.Array, jax.Array], kinds: np.ndarray, scaled: np.ndarray,
     log_scales: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
     """log R of :func:`covariate_scales` for every scaled coordinate; NaN where R is 0 or nowhere finite."""
     z, bits = probes
-    steps = np.where(np.asarray(kinds) == _REAL, np.exp(log_scales), 1.0)
+    steps = np.where(kinds == _REAL, np.exp(log_scales), 1.0)
     moved = [z.at[:, d].add(steps[d]) for d in scaled]
     stacked = setup.layout.assemble(jnp.concatenate([z, *moved]), jnp.tile(bits, (len(scaled) + 1, 1)))
     features = model_features(setup, {k: np.asarray(v) for k, v in stacked.items()})

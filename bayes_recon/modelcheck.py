@@ -25,7 +25,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import unconstrain_fn
 
 from bayes_recon import pseudo
-from bayes_recon.draws import as_draws, chains_flattened, check_draws
+from bayes_recon.draws import as_draws, chains_flattened, check_draws, spread_rows
 from bayes_recon.precision import attack_numerics
 from bayes_recon.supports import check_covariates, column_supports, constraint_named
 from bayes_recon.weighting import WeightedModel
@@ -96,7 +96,7 @@ def prepare_release(
             "in every draw. The attack reads the data from how the posterior draws vary: a parameter held "
             "fixed in the draws tells it nothing. Pass such a value as fixed data, not as a sampled site."
         )
-    probe_draws = theta[np.linspace(0, len(theta) - 1, 4).round().astype(int)]
+    probe_draws = theta[spread_rows(len(theta), 4)]
     check_rows_exchangeable(weighted, layout, probe_draws)
     check_covariates(weighted, layout, probe_draws)
     per_unit = None if units is None else check_units(weighted, layout, units, probe_draws)
