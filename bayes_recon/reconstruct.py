@@ -750,6 +750,7 @@ def reconstruct(
         lowered = programs.lower(attack_round, inputs, attack, model_calls)
         compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
         compile_seconds = time.perf_counter() - compiling
+        _check_round_memory(compiled, n_points, len(z))
 
     if any(i not in finished for i in (*range(rounds), *replicates)):
         compile_once()
@@ -991,16 +992,36 @@ def _rounds_side_by_side(compiled: Any, pending: int, cpu: bool, asked: int | No
     against 54.4 s two at a time."""
     if asked is not None:
         return min(asked, pending)
-    if not cpu:
-        return 1
-    try:
-        stats = compiled.memory_analysis()
-        need = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
-    except (AttributeError, NotImplementedError, RuntimeError):  # None, or a backend without the count
+    need = _round_memory(compiled)
+    if not cpu or need is None:
         return 1
     fits = _available_memory() // (2 * need) if need > 0 else pending
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return int(max(1, min(pending, cores - 1, fits)))
+
+
+def _round_memory(compiled: Any) -> int | None:
+    """Bytes one round of the compiled attack works in, by XLA's own count; None where it gives none."""
+    try:
+        stats = compiled.memory_analysis()
+        return stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
+    except (AttributeError, NotImplementedError, RuntimeError):  # None, or a backend without the count
+        return None
+
+
+def _check_round_memory(compiled: Any, n_points: int, draws: int) -> None:
+    """Refuse a round that cannot fit in the memory available now, before it runs: the program's working
+    memory grows with points × draws and with the order of the likelihood's derivatives (a beta-binomial
+    regression's, 20 points on 1,000 draws: 11.4 GB; a binomial's: 1.6 GB), beyond what
+    :func:`bayes_recon.pipeline.check_memory` can size before compiling."""
+    need, have = _round_memory(compiled), _available_memory()
+    if need is not None and have > 0 and need > have:
+        raise ReconError(
+            f"one round of this attack needs {need / 2**30:,.1f} GiB of working memory (XLA's count for "
+            f"{n_points} points on {draws} draws), more than the {have / 2**30:,.1f} GiB available now; use "
+            "fewer points (n_points, --points), fewer draws (ReconConfig.max_draws, --max-draws) or "
+            "minibatches of draws (ReconConfig.batch_size, --batch-size)"
+        )
 
 
 def _available_memory() -> int:

@@ -266,6 +266,10 @@ BAD_INPUT = [
     ),
     (f"reconstruct {LINEAR_ARGS} --draws {{d}}/fit.npz --support z=positive", ["not --free columns"]),
     (
+        f"reconstruct {LINEAR_ARGS} --draws {{d}}/fit.npz --support x=positive,y=real",
+        ["one column per --support", "--support x=positive --support y=unit_interval"],
+    ),
+    (
         f"reconstruct {LINEAR_ARGS} --draws {{d}}/fit.npz --support y=interval(0)",
         ["interval takes 2 number(s)"],
     ),
