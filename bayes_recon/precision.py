@@ -33,7 +33,8 @@ series' operations (2.5× per order), and the attack differentiates a likelihood
 beta-binomial regression's attack program came to 144,000 lines of StableHLO (a binomial's: 36,000),
 took over 6 minutes and 13 GB to compile and ran out of memory at XLA's default optimisation. Its
 derivative is ψ(a) − ψ(a + b) in a (ψ the digamma function, whose own derivatives are polygamma
-primitives): with that rule, values unchanged, the program is 4 MB of text, compiled in 61 s and 2.4 GB.
+primitives): with that rule, values unchanged, the program is 44,000 lines, compiled in 61 s and 2.4 GB,
+and its derivatives are SciPy's to rounding (JAX's own first derivative is 1.6e-7 off at (5.3, 9)).
 NumPyro's distributions import ``betaln`` by name, so the swap replaces it in their modules (and in
 ``jax.scipy.special``, for a model that calls it from there); a model that imported it by name itself
 keeps JAX's.

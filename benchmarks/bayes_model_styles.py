@@ -8,7 +8,8 @@ given per row (the same on every row, or varying), a Student-t whose degrees of 
 mixture without covariates, several classes, two responses per row (apart, or correlated in one
 multivariate normal), a mixture whose weights are a simplex, a regression of the noise's scale, an
 intercept per group indexed by the row's group (the index free, on its whole numbers), a deterministic
-site in the plate, a beta regression of a proportion, Weibull survival times. Five
+site in the plate, a beta regression of a proportion, Weibull survival times, an overdispersed count of
+correct answers (beta-binomial, whose derivatives go through the log-beta function). Five
 cases take their data from posteriordb data sets that have no reference draws there (wells, GLM_Poisson,
 GLM_Binomial, low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others
 simulate their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500
@@ -156,6 +157,15 @@ def binomial_trials(x, n, y=None):  # trials given per row
     b = numpyro.sample("b", dist.Normal(0, 5))
     with numpyro.plate("rows", x.shape[0]):
         numpyro.sample("y", dist.Binomial(n, logits=a + b * x), obs=y)
+
+
+def beta_binomial_scores(x, n, y=None):  # correct answers out of n questions, overdispersed
+    a = numpyro.sample("a", dist.Normal(0, 3))
+    b = numpyro.sample("b", dist.Normal(0, 3))
+    kappa = numpyro.sample("kappa", dist.LogNormal(2.0, 1.0))
+    with numpyro.plate("rows", x.shape[0]):
+        p = jax.nn.sigmoid(a + b * (x - 100.0) / 15.0)
+        numpyro.sample("y", dist.BetaBinomial(p * kappa, (1 - p) * kappa, n), obs=y)
 
 
 def poisson_plain(x, y=None):  # the plainest count GLM: its release leaves N open, pins Σ y and Σ x·y
@@ -368,6 +378,12 @@ def _binomial(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": x, "n": np.full(200, 8), "y": rng.binomial(8, 1 / (1 + np.exp(-(0.2 + 0.8 * x))))}
 
 
+def _test_scores(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(100.0, 15.0, 300)  # an IQ score
+    p = 1 / (1 + np.exp(-(0.5 + (x - 100.0) / 15.0)))
+    return {"x": x, "n": np.full(300, 10), "y": rng.binomial(10, rng.beta(8.0 * p, 8.0 * (1 - p)))}
+
+
 def _binomial_varying(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x, n = rng.normal(size=200), rng.integers(1, 16, 200)
     return {"x": x, "n": n, "y": rng.binomial(n, 1 / (1 + np.exp(-(0.2 + 0.8 * x))))}
@@ -494,6 +510,7 @@ CASES = (
     Case("no-plate", no_plate, _no_plate, ["x", "y"]),
     Case("binomial-trials-per-row", binomial_trials, _binomial, ["x", "y"], fixed=("n",)),
     Case("binomial-trials-vary", binomial_trials, _binomial_varying, ["x", "y"], fixed=("n",)),
+    Case("beta-binomial-scores", beta_binomial_scores, _test_scores, ["x", "y"], fixed=("n",)),
     Case(
         "poisson-exposure-free",
         poisson_exposure,
