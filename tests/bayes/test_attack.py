@@ -377,6 +377,31 @@ def test_a_round_larger_than_the_memory_available_is_refused_before_it_runs(monk
     assert ran == []
 
 
+def test_a_round_too_large_runs_on_the_draws_that_fit_and_says_so(monkeypatch, tmp_path):
+    """Memory for half the round: the attack runs again on the first draws that fit, with a warning, and
+    its config says how many; with a checkpoint (an attack fixed when it starts) it is refused instead,
+    naming that number."""
+    import sys
+
+    def model(y=None):
+        mu = numpyro.sample("mu", dist.Normal(0, 10))
+        with numpyro.plate("data", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, 1), obs=y)
+
+    attack = sys.modules["bayes_recon.reconstruct"]  # the package's name `reconstruct` is the function
+    needs, count = [], attack._round_memory
+    monkeypatch.setattr(attack, "_round_memory", lambda compiled: needs.append(count(compiled)) or needs[-1])
+    monkeypatch.setattr(attack, "_available_memory", lambda: needs[0] // 2)
+    draws = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 1000)}
+    config = br.ReconConfig(coarse_steps=2, steps=2, restarts=1, rescue_restarts=0, refine_rounds=0)
+    with pytest.warns(UserWarning, match=r"GiB of working memory .* on the first \d+ draws instead"):
+        found = br.reconstruct(model, draws, free=["y"], n_points=3, config=config)
+    assert attack.FEWEST_DRAWS <= found.config.max_draws <= 333
+    assert needs[-1] <= needs[0] // 2 < needs[0]
+    with pytest.raises(br.ReconError, match=r"ReconConfig\(max_draws=(3[23]\d)\), --max-draws \1\)"):
+        br.reconstruct(model, draws, free=["y"], n_points=3, config=config, checkpoint=tmp_path / "run")
+
+
 def test_every_restart_reports_its_measures_information_near_d_at_the_truths_optimum(kidiq_result):
     """The compiled round's information is Σ_j w_j E_s |∇ log p(x_j | θ_s)|² of its measure (the same sum
     computed apart), and at the oracle, as at the true data, about d (the information identity in the
