@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 import jax
+import jax.numpy as jnp
 import jax.scipy.special
 import numpyro.distributions.conjugate
 import numpyro.distributions.continuous
@@ -116,17 +117,23 @@ xla_linear_algebra.__doc__ = """Programs lowered inside lower triangular solves 
 with XLA's own HLO ops on the CPU (see the module's docstring)."""
 
 
+def log_beta(a: jax.typing.ArrayLike, b: jax.typing.ArrayLike) -> jax.Array:
+    """JAX's ``betaln``, differentiated by its analytic rule (see the module's docstring); whole numbers
+    are taken as floating point, as ``betaln`` takes them."""
+    dtype = jnp.result_type(a, b, 1.0)
+    return _log_beta(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
+
+
 @jax.custom_jvp
-def log_beta(a: jax.Array, b: jax.Array) -> jax.Array:
-    """JAX's ``betaln``, differentiated by its analytic rule (see the module's docstring)."""
+def _log_beta(a: jax.Array, b: jax.Array) -> jax.Array:
     return jax_betaln(a, b)
 
 
-@log_beta.defjvp
+@_log_beta.defjvp
 def _log_beta_jvp(primals: tuple, tangents: tuple) -> tuple:
     (a, b), (da, db) = primals, tangents
     both = digamma(a + b)
-    return log_beta(a, b), (digamma(a) - both) * da + (digamma(b) - both) * db
+    return _log_beta(a, b), (digamma(a) - both) * da + (digamma(b) - both) * db
 
 
 def _use_analytic_log_beta() -> Callable[[], None]:

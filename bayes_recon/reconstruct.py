@@ -35,7 +35,7 @@ import numpy as np
 from numpyro.distributions.constraints import Constraint
 
 from bayes_recon import programs, pseudo
-from bayes_recon.checkpoint import Checkpoint, fingerprint
+from bayes_recon.checkpoint import Checkpoint, fingerprint, remove
 from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, score_matching_terms
 from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.objective import (
@@ -605,20 +605,24 @@ def reconstruct(
     in place at the end: remove it with :func:`bayes_recon.checkpoint.remove` once the result is
     safe.
 
-    A round too large for the memory available (XLA's count of the compiled program) runs on the first
-    draws that fit instead, with a warning, and ``config.max_draws`` of the result says how many; with a
-    ``checkpoint`` (whose attack is fixed when it starts) it is refused with that number.
+    On a CPU, a round too large for the memory available (XLA's count of the compiled program) runs on
+    the first draws that fit instead, with a warning, and ``config.max_draws`` of the result says how
+    many; with a ``checkpoint`` (whose attack is fixed when it starts) it is refused with that number,
+    and so is one where fewer than :data:`FEWEST_DRAWS` would fit.
     """
-    config, started = config or ReconConfig(), time.perf_counter()
-    try:
-        return _reconstruct(model, draws, free, fixed, support, n_points, seed, config, progress, checkpoint)
-    except RoundTooLarge as large:
-        if checkpoint is not None or large.draws is None:
-            raise
-        warnings.warn(f"{large}: running on the first {large.draws} draws instead", stacklevel=3)
-        fewer = replace(config, max_draws=large.draws)
-        found = reconstruct(model, draws, free, fixed, support, n_points, seed, fewer, progress)
-        return replace(found, seconds=time.perf_counter() - started)  # the refused compilation included
+    config, started, refused = config or ReconConfig(), time.perf_counter(), False
+    while True:
+        try:
+            found = _reconstruct(
+                model, draws, free, fixed, support, n_points, seed, config, progress, checkpoint
+            )
+            # seconds: from the first attempt, the refused compilations included
+            return replace(found, seconds=time.perf_counter() - started) if refused else found
+        except RoundTooLarge as large:
+            if checkpoint is not None or large.draws is None:
+                raise
+            warnings.warn(f"{large}: running on the first {large.draws} draws instead", stacklevel=3)
+            config, refused = replace(config, max_draws=large.draws), True
 
 
 def _reconstruct(
@@ -779,7 +783,13 @@ def _reconstruct(
         lowered = programs.lower(attack_round, inputs, attack, model_calls)
         compiled = lowered.compile(CPU_COMPILER_OPTIONS if cpu else None)
         compile_seconds = time.perf_counter() - compiling
-        _check_round_memory(compiled, n_points, len(z))
+        try:
+            if cpu:  # XLA's count is of the device's buffers: on a CPU, the process's memory
+                _check_round_memory(compiled, n_points, len(z))
+        except RoundTooLarge:
+            if store is not None and not finished:  # a checkpoint of no rounds: the rerun it asks for
+                remove(store.folder)  # (other draws, another attack) is not refused as a stranger
+            raise
 
     if any(i not in finished for i in (*range(rounds), *replicates)):
         compile_once()
@@ -1049,20 +1059,23 @@ class RoundTooLarge(ReconError):
 
 # Below this many draws the objective's Monte Carlo error (∝ 1/√draws) swamps what a release shows.
 FEWEST_DRAWS = 200
+# The share of the memory available a round may count on: the rest of the process (the draws, the
+# self-check's sampler) takes some more. The beta-binomial's 50 points on 616 draws, a 16.3 GiB round
+# against 20.4 GiB available, peaked at 20.6 GB of the machine's 24.
+ROUND_SHARE = 2 / 3
 
 
 def _check_round_memory(compiled: Any, n_points: int, draws: int) -> None:
-    """Refuse a round that cannot fit in the memory available now, before it runs: the program's working
-    memory grows with points × draws and with the order of the likelihood's derivatives (a beta-binomial
-    regression's, 50 points: 6.7, 13.3 and 26.5 GiB on 250, 500 and 1,000 draws; a binomial's, 20 points
-    on 1,000 draws: 1.6 GB), beyond what :func:`bayes_recon.pipeline.check_memory` can size before
-    compiling. The draws that fit are counted in that proportion, with a third to spare for the rest of
-    the process: the beta-binomial's 50 points on the 616 draws a fifth to spare left (16.3 GiB) peaked
-    at 20.6 GB of the machine's 24 (this check measured 20.4 GiB available)."""
-    need, have = _round_memory(compiled), _available_memory()
+    """Refuse a round that cannot fit in its share of the memory available now, before it runs: the
+    program's working memory grows with points × draws and with the order of the likelihood's
+    derivatives (a beta-binomial regression's, 50 points: 6.7, 13.3 and 26.5 GiB on 250, 500 and 1,000
+    draws; a binomial's, 20 points on 1,000 draws: 1.5 GiB), beyond what
+    :func:`bayes_recon.pipeline.check_memory` can size before compiling. The draws that fit are counted
+    in that proportion."""
+    need, have = _round_memory(compiled), ROUND_SHARE * _available_memory()
     if need is None or have <= 0 or need <= have:
         return
-    fit = int(2 / 3 * draws * have / need)
+    fit = int(draws * have / need)
     fewer = (
         f"fewer draws (ReconConfig(max_draws={fit}), --max-draws {fit})"
         if fit >= FEWEST_DRAWS
@@ -1070,9 +1083,9 @@ def _check_round_memory(compiled: Any, n_points: int, draws: int) -> None:
     )
     raise RoundTooLarge(
         f"one round of this attack needs {need / 2**30:,.1f} GiB of working memory (XLA's count for "
-        f"{n_points} points on {draws} draws), more than the {have / 2**30:,.1f} GiB available now; use "
-        f"{fewer}, fewer points (n_points, --points) or minibatches of draws (ReconConfig.batch_size, "
-        "--batch-size)",
+        f"{n_points} points on {draws} draws), more than the {have / 2**30:,.1f} GiB it may take of the "
+        f"memory available now; use {fewer}, fewer points (n_points, --points) or minibatches of draws "
+        "(ReconConfig.batch_size, --batch-size)",
         fit if fit >= FEWEST_DRAWS else None,
     )
 

@@ -331,7 +331,7 @@ def parse_support(items: Sequence[str]) -> dict[str, Constraint]:
         column, equals, name = (s.strip() for s in item.partition("="))
         if not equals or not column or not name:
             raise ReconError(f"--support {item!r}: expected COLUMN=CONSTRAINT, e.g. --support y=positive")
-        if "=" in name:
+        if "," in name and "=" in name:
             raise ReconError(
                 f"--support {item!r}: one column per --support; repeat the flag for each, e.g. "
                 "--support x=positive --support y=unit_interval"
