@@ -431,6 +431,8 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             else f"Only one of {found.restarts} restarts reached the best objective"
             + passed_over_words(found.restarts_passed_over)
         ) + ", so there is no spread between restarts to compare (more with --restarts)."
+    if math.isnan(found.standard_error):  # every statistic undetermined: nothing else to size
+        return check, spread, undetermined_words(found.undetermined).rstrip()
     size = (
         f"by up to {percent(found.standard_error)} (one standard error; means in sd, covariances in "
         "correlation)"
@@ -461,8 +463,6 @@ def _confidence(found: Findings) -> tuple[str, ...]:
             )
         )
     )
-    if math.isnan(found.standard_error):  # every statistic undetermined: nothing else to size
-        determined = undetermined_words(found.undetermined).rstrip()
     return check, spread, determined
 
 
