@@ -60,6 +60,8 @@ CONFIG_OPTIONS = {
     "method": "optimiser of the final stage",
     "coordinates": "coordinates of the parameters the divergence is measured in",
     "max_draws": "use at most this many posterior draws (default: all)",
+    "grid_at_once": "grid-search candidates scored together (default: as many as a memory budget allows; "
+    "fewer take less memory, for the same result)",
     "batch_size": "minibatch of draws per step (forces Adam; default: every draw)",
     "bootstrap": "rounds run again on resampled draws from the best restart, to show how far they move "
     "N and the moments (0: none; the standard errors need none)",

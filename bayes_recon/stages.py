@@ -373,7 +373,8 @@ def make_start(
         responded,
         searched,
         tuple(i for i in layout.coordinates_of(layout.unbounded()) if i in searched),
-        max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
+        config.grid_at_once
+        or max(1, VALUE_BUDGET // (per_candidate * value_size(estimator, theta.shape[1], config.n_slices))),
         shares is not None,
         None if predict is None else respond,
         refit,

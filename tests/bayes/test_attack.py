@@ -403,6 +403,41 @@ def test_a_round_too_large_runs_on_the_draws_that_fit_and_says_so(monkeypatch, t
     assert not (tmp_path / "run").exists()  # no rounds kept: the rerun with --max-draws is not refused
 
 
+def test_a_round_too_large_scores_the_grid_one_candidate_at_a_time_first_for_the_same_result(
+    monkeypatch, tmp_path
+):
+    """A regression's covariate is searched on a grid of 59 candidates, scored together by default: with
+    memory for half that round, the attack scores them one at a time instead (a seventh of the memory
+    here), on every draw, with a warning, and ends where the unrefused attack ends; with a checkpoint it
+    is refused, naming the setting."""
+    import sys
+
+    def model(x=None, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 10))
+        b = numpyro.sample("b", dist.Normal(0, 10))
+        with numpyro.plate("data", y.shape[0]):
+            numpyro.sample("y", dist.Normal(a + b * x, 1), obs=y)
+
+    rng = np.random.default_rng(0)
+    draws = {"a": rng.normal(1.0, 0.1, 1000), "b": rng.normal(0.5, 0.1, 1000)}
+    config = br.ReconConfig(coarse_steps=2, steps=2, restarts=1, rescue_restarts=0, refine_rounds=0)
+    unrefused = br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=config)
+    attack = sys.modules["bayes_recon.reconstruct"]  # the package's name `reconstruct` is the function
+    needs, count = [], attack._round_memory
+    monkeypatch.setattr(attack, "_round_memory", lambda compiled: needs.append(count(compiled)) or needs[-1])
+    monkeypatch.setattr(attack, "_available_memory", lambda: needs[0] // 2)
+    with pytest.warns(UserWarning, match=r"GiB of working memory .* candidates one at a time instead"):
+        found = br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=config)
+    assert found.config.grid_at_once == 1 and found.config.max_draws is None
+    assert needs[-1] <= attack.ROUND_SHARE * (needs[0] // 2)
+    for name in ("x", "y"):
+        np.testing.assert_array_equal(found.measure.points[name], unrefused.measure.points[name])
+    np.testing.assert_array_equal(found.measure.weights, unrefused.measure.weights)
+    with pytest.raises(br.ReconError, match=r"ReconConfig\(grid_at_once=1\), --grid-at-once 1\)"):
+        br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=config, checkpoint=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_every_restart_reports_its_measures_information_near_d_at_the_truths_optimum(kidiq_result):
     """The compiled round's information is Σ_j w_j E_s |∇ log p(x_j | θ_s)|² of its measure (the same sum
     computed apart), and at the oracle, as at the true data, about d (the information identity in the
