@@ -27,7 +27,7 @@ from numpyro.infer.util import unconstrain_fn
 from bayes_recon import pseudo
 from bayes_recon.draws import as_draws, chains_flattened, check_draws, spread_rows
 from bayes_recon.precision import attack_numerics
-from bayes_recon.supports import check_covariates, column_supports, constraint_named
+from bayes_recon.supports import check_covariates, column_supports, constraint_named, counted_columns
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 
@@ -85,7 +85,8 @@ def prepare_release(
     reshaped = frozenset(k for k in checked if jnp.shape(unconstrained[k]) != checked[k].shape[1:])
     latent_example = {k: unconstrained[k] for k in checked}
     priors = prior_sites(model, layout, fixed)
-    weighted = WeightedModel(model, tuple(shapes), fixed, latent_example, reshaped, priors)
+    counted = counted_columns(model, layout, fixed, support)
+    weighted = WeightedModel(model, tuple(shapes), fixed, latent_example, reshaped, priors, counted)
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
     check_draws_on_supports(theta, weighted)
     flat = np.flatnonzero(np.ptp(theta, axis=0) == 0)

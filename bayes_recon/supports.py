@@ -201,6 +201,27 @@ def column_supports(
     return {k: supports.get(k, constraints.real) for k in shapes}
 
 
+def counted_columns(
+    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], given: Mapping[str, Constraint]
+) -> tuple[tuple[str, float, float], ...]:
+    """(column, lowest, highest count) of the scalar free columns ``given`` a count's support that the
+    attack relaxes to an interval (not labels it enumerates) and that no observed site takes as its value:
+    a count the model reads in its own code (a hurdle's or zero-inflation's ``numpyro.factor``, as Stan
+    translations write them), or a count covariate. Their rows are interpolated between the counts
+    (:meth:`bayes_recon.weighting.WeightedModel.at_counts`), as an observed count's log-probability is by
+    its distribution (:func:`bayes_recon.weighting.between_counts`)."""
+    observed = observed_columns(model, layout.shapes, fixed, layout.supports)
+    found = []
+    for column, support in given.items():
+        counts = isinstance(support, constraints._IntegerGreaterThan | constraints._IntegerInterval)
+        relaxed_to = layout.support(column)
+        if not counts or column in observed or layout.shapes[column] or pseudo.is_discrete(relaxed_to):
+            continue
+        bounds = (getattr(relaxed_to, "lower_bound", -np.inf), getattr(relaxed_to, "upper_bound", np.inf))
+        found.append((column, *(float(pseudo.common_bound(b)) for b in bounds)))
+    return tuple(found)
+
+
 def values_outside(given: Constraint, support: Constraint) -> list[float]:
     """A few values of ``given`` (its first levels, or points across it) that neither ``support`` nor the
     attack's relaxation of it holds (a count's reals between the integers, a discrete response's interval

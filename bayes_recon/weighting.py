@@ -321,6 +321,9 @@ class WeightedModel:
     ``prior_sites``: observed sites that do not take the rows (a ``numpyro.factor`` of a prior term, an
     observation of fixed data): part of the prior, never weighted. Only
     :func:`bayes_recon.modelcheck.prepare_release` finds them; left empty, every observed site is the rows'.
+    ``counted``: (column, lowest, highest count) of the free count columns no observed site takes as its
+    value (:func:`bayes_recon.supports.counted_columns`): every row's log-likelihood is interpolated
+    between the counts around its value (:meth:`at_counts`).
     """
 
     model: Callable
@@ -329,6 +332,7 @@ class WeightedModel:
     latent_example: Mapping[str, Array]
     reshaped: frozenset[str] = frozenset()
     prior_sites: frozenset[str] = frozenset()
+    counted: tuple[tuple[str, float, float], ...] = ()
 
     def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
         return {**self.fixed, **data}
@@ -354,11 +358,33 @@ class WeightedModel:
                 names[positions[where]] = f"{site} (unconstrained {i})" if site in self.reshaped else entry
         return tuple(names)
 
+    def at_counts(self, data: Mapping[str, Array]) -> tuple[dict[str, Array], Array]:
+        """The rows with each :attr:`counted` column at the two counts around its value, ⌊y⌋ and ⌊y⌋ + 1
+        (2^k copies of the M rows stacked, for k such columns), and each copy's share of its row, (2^k, M):
+        1 − u and u per column, u = y − ⌊y⌋. A row's log-likelihood is the shares' sum of its copies': a
+        pseudo-count y of weight w is the rows ⌊y⌋ of weight (1 − u)·w and ⌊y⌋ + 1 of weight u·w, as an
+        observed count's (:func:`between_counts`) is, here for a count the model reads in its own code (a
+        hurdle's ``numpyro.factor``), where NumPyro's validated log-probability is −∞ between the counts.
+        Its gradient in y is the step log p(⌊y⌋ + 1) − log p(⌊y⌋), at a count too (to the right; at the
+        highest count, to the left)."""
+        rows = next(iter(data.values())).shape[0]
+        copies, shares = dict(data), jnp.ones((1, rows))
+        for column, lowest, highest in self.counted:
+            value = data[column]
+            low = jax.lax.stop_gradient(jnp.clip(jnp.floor(value), lowest, highest - 1))
+            up = value - low
+            copies = {k: jnp.concatenate([v, v]) for k, v in copies.items()}
+            copies[column] = jnp.concatenate([jnp.tile(low, len(shares)), jnp.tile(low + 1, len(shares))])
+            shares = jnp.concatenate([shares * (1 - up), shares * up])
+        return copies, shares
+
     def log_density(
         self, theta: Array, data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths | None = None
     ) -> Array:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
         smoothed by ``bandwidths``, if given)."""
+        if self.counted:  # the rows' terms by their counts' copies (at_counts)
+            return self.log_prior(theta, data) + weights @ self.loglik_per_point(theta, data, bandwidths)
         weighted = weight_likelihood(
             relax_support(self.model, bandwidths), weights=weights, prior_sites=self.prior_sites
         )
@@ -367,12 +393,13 @@ class WeightedModel:
     def log_prior(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """Unconstrained log density of the prior alone at the flat vector ``theta``: ``log_density`` with
         the likelihood sites hidden, so that it is ``log_density(θ, x, w) − Σ_j w_j loglik_per_point(θ, x)_j``
-        whatever the pseudo-data ``data`` (any points the model accepts)."""
+        whatever the pseudo-data ``data`` (any points the model accepts; their counts' copies, which the
+        model's own code may validate, :meth:`at_counts`)."""
 
         prior = handlers.block(
             relax_support(self.model), hide_fn=lambda msg: _is_likelihood(msg, self.prior_sites)
         )
-        return -potential_energy(prior, (), self._kwargs(data), self.unravel(theta))
+        return -potential_energy(prior, (), self._kwargs(self.at_counts(data)[0]), self.unravel(theta))
 
     def log_prior_sites(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """The sum of the :attr:`prior_sites`' log-probabilities at the flat vector ``theta``."""
@@ -396,31 +423,43 @@ class WeightedModel:
     def _likelihood_sites(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> list[dict[str, Any]]:
-        trace = self._trace(theta, data, bandwidths)
+        """The likelihood sites of the trace on the rows' copies at their counts (:meth:`at_counts`)."""
+        trace = self._trace(theta, self.at_counts(data)[0], bandwidths)
         return [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
+
+    def _per_row(self, sites: list[dict[str, Any]], data: Mapping[str, Array]) -> Array:
+        """Every row's log-likelihood from the ``sites`` of a trace on its copies (:meth:`at_counts`)."""
+        if not self.counted:
+            return _per_point(sites, data)
+        copies, shares = self.at_counts(data)
+        terms = _per_point(sites, copies).reshape(shares.shape)
+        # a copy the model gives no probability (the count past a row on a count): the steep fall of
+        # between_counts, so that a share of 0 adds 0 and its gradient is finite
+        return jnp.sum(shares * jnp.where(jnp.isfinite(terms), terms, -STEEPEST_SLOPE), axis=0)
 
     def loglik_per_point(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> Array:
         """log p(x_j | θ) for every point j (summed over the likelihood sites), θ unconstrained flat (kinks
         smoothed by ``bandwidths``, if given)."""
-        return _per_point(self._likelihood_sites(theta, data, bandwidths), data)
+        return self._per_row(self._likelihood_sites(theta, data, bandwidths), data)
 
     def constrained_terms(self, params: Mapping[str, Array], data: Mapping[str, Array]) -> Array:
         """At the latent sites' constrained values ``params``: the prior's log density there (no Jacobian of
         NumPyro's unconstraining) and log p(x_j | θ) for every point j, (M + 1,)."""
-        trace = self._trace_constrained(params, data)
+        trace = self._trace_constrained(params, self.at_counts(data)[0])
         likelihood = [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
         prior = [
             jnp.sum(site["fn"].log_prob(site["value"]))
             for site in trace.values()
             if site["type"] == "sample" and not _is_likelihood(site, self.prior_sites)
         ]
-        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], _per_point(likelihood, data)])
+        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], self._per_row(likelihood, data)])
 
     def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
         """The standardised residual (:func:`kink_residual`) of every likelihood site with a kink (Laplace,
-        asymmetric Laplace), each the site's batch shape, θ unconstrained flat; empty without such sites."""
+        asymmetric Laplace), each the site's batch shape on the rows' copies (:meth:`at_counts`), θ
+        unconstrained flat; empty without such sites."""
         sites = [(site, kinked_within(site["fn"])) for site in self._likelihood_sites(theta, data)]
         return {site["name"]: kink_residual(fn, site["value"]) for site, fn in sites if fn is not None}
 

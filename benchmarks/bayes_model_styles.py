@@ -9,7 +9,8 @@ mixture without covariates, several classes, two responses per row (apart, or co
 multivariate normal), a mixture whose weights are a simplex, a regression of the noise's scale, an
 intercept per group indexed by the row's group (the index free, on its whole numbers), a deterministic
 site in the plate, a beta regression of a proportion, Weibull survival times, an overdispersed count of
-correct answers (beta-binomial, whose derivatives go through the log-beta function). Five
+correct answers (beta-binomial, whose derivatives go through the log-beta function), a hurdle Poisson
+written as Stan writes it, one ``numpyro.factor`` per row (its count seen by no observed site). Five
 cases take their data from posteriordb data sets that have no reference draws there (wells, GLM_Poisson,
 GLM_Binomial, low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others
 simulate their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500
@@ -227,6 +228,18 @@ def weibull_times(x, y=None):  # survival times, uncensored: a distribution the 
         numpyro.sample("y", dist.Weibull(jnp.exp(a + b * x), k), obs=y)
 
 
+def hurdle_poisson_factor(x, y=None):  # as Stan writes a hurdle: a target += per row; y a count in code
+    g0 = numpyro.sample("g0", dist.Normal(0, 2))
+    g1 = numpyro.sample("g1", dist.Normal(0, 2))
+    a = numpyro.sample("a", dist.Normal(0, 2))
+    b = numpyro.sample("b", dist.Normal(0, 2))
+    with numpyro.plate("rows", x.shape[0]):
+        zero = jax.nn.sigmoid(g0 + g1 * x)
+        rate = jnp.exp(a + b * x)
+        positive = jnp.log1p(-zero) + dist.Poisson(rate).log_prob(y) - jnp.log1p(-jnp.exp(-rate))
+        numpyro.factor("y_term", jnp.where(y == 0, jnp.log(zero), positive))
+
+
 def softmax_classes(X, y=None):  # three classes, the first the reference
     W = numpyro.sample("W", dist.Normal(0, 5).expand([2, 2]).to_event(2))
     c = numpyro.sample("c", dist.Normal(0, 5).expand([2]).to_event(1))
@@ -425,6 +438,15 @@ def _times(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": x, "y": np.exp(1 + 0.5 * x) * rng.weibull(1.7, 200)}
 
 
+def _hurdle(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=300)
+    rate = np.exp(1.0 - 0.3 * x)
+    tries = rng.poisson(rate[:, None], (300, 200))  # the first positive of 200 tries: zero-truncated
+    first = tries[np.arange(300), np.argmax(tries > 0, axis=1)]
+    zero = rng.uniform(size=300) < 1 / (1 + np.exp(-(-0.4 + 0.8 * x)))
+    return {"x": x, "y": np.where(zero, 0.0, first)}
+
+
 def _classes(rng: np.random.Generator) -> dict[str, np.ndarray]:
     X = rng.normal(size=(300, 2))
     logits = np.column_stack([np.zeros(300), X @ np.array([[1, -1], [0.5, 1]]) + np.array([0.2, -0.3])])
@@ -542,6 +564,13 @@ CASES = (
     Case("laplace-deterministic", laplace_deterministic, _laplace, ["x", "y"]),
     Case("beta-mean-precision", beta_mean_precision, _proportions, ["x", "y"]),
     Case("weibull-times", weibull_times, _times, ["x", "y"]),
+    Case(
+        "hurdle-poisson-factor",
+        hurdle_poisson_factor,
+        _hurdle,
+        ["x", "y"],
+        support={"y": constraints.nonnegative_integer},
+    ),
 )
 BY_CASE = {c.name: c for c in CASES}
 

@@ -685,3 +685,44 @@ def test_a_measure_of_relaxed_counts_is_the_data_set_of_its_counts_split_onto_th
         np.testing.assert_allclose(
             split_weights @ scores(theta, split), w @ scores(theta, {"x": x, "y": y}), atol=1e-9
         )
+
+
+def test_a_count_read_in_the_models_own_code_weighs_as_the_same_count_observed():
+    """A Poisson written as a ``numpyro.factor`` per row (as Stan translations write hurdles), its count
+    given as a count: NumPyro's validated log-probability is −∞ between the counts, and the attack refused
+    the column. Its rows are now interpolated between the counts, so that at any pseudo-count its
+    log-likelihood, its gradient in the count and the weighted log density are those of the same Poisson
+    observed (whose site the attack interpolates itself)."""
+
+    def observed(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 2))
+        b = numpyro.sample("b", dist.Normal(0, 2))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Poisson(jnp.exp(a + b * x)), obs=y)
+
+    def in_code(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 2))
+        b = numpyro.sample("b", dist.Normal(0, 2))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.factor("y_term", dist.Poisson(jnp.exp(a + b * x)).log_prob(y))
+
+    rng = np.random.default_rng(0)
+    draws = {"a": rng.normal(0.5, 0.1, 100), "b": rng.normal(0.3, 0.1, 100)}
+    count = {"y": constraints.nonnegative_integer}
+    plain = prepare_release(observed, draws, ["x", "y"]).weighted_model
+    coded = prepare_release(in_code, draws, ["x", "y"], support=count).weighted_model
+    assert plain.counted == () and coded.counted == (("y", 0.0, np.inf),)
+    data = {"x": jnp.array([-1.0, 0.2, 1.5, 0.7]), "y": jnp.array([0.0, 0.3, 2.25, 7.0])}
+    theta, weights = jnp.array([0.4, 0.2]), jnp.array([1.0, 2.5, 0.5, 3.0])
+    for weighted in (plain, coded):
+        assert np.isfinite(weighted.loglik_per_point(theta, data)).all()
+    np.testing.assert_allclose(coded.loglik_per_point(theta, data), plain.loglik_per_point(theta, data))
+    for derivative in (jax.grad, jax.hessian):  # in θ, and in the counts (a step between them)
+        for argument in (0, 1):
+            ours, theirs = (
+                derivative(lambda t, d, w=w: w.log_density(t, d, weights), argnums=argument)(theta, data)
+                for w in (coded, plain)
+            )
+            jax.tree_util.tree_map(np.testing.assert_allclose, ours, theirs)
+    densities = [w.log_density(theta, data, weights) for w in (coded, plain)]
+    np.testing.assert_allclose(*densities)
