@@ -271,12 +271,26 @@ def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.n
         if pseudo.is_discrete(layout.support(column)):
             continue
 
-        def finite_at(scale: float, rest: dict[str, jax.Array], column: str = column) -> bool:
+        def finite_at(
+            scale: float, rest: dict[str, jax.Array], column: str = column, shift: float | None = None
+        ) -> bool:
             wide = layout.assemble(spread * scale, bits)[column]
+            # with a shift: whole numbers 0, 1, 2, ... (shift 0) or halfway between them (0.5)
+            wide = wide if shift is None else jnp.round(jnp.abs(wide) * 3) + shift
             values = np.asarray(loglik(jnp.asarray(theta), {**rest, column: wide}))
             return bool(np.isfinite(values).all())
 
         if not any(finite_at(scale, rest) for scale in (1.0, 1e-3, 1e-6) for rest in others):
+            if any(
+                finite_at(1.0, rest, shift=0.0) and not finite_at(1.0, rest, shift=0.5) for rest in others
+            ):
+                raise ReconError(
+                    f"the model's log-likelihood is finite for the free column {column!r} at whole numbers "
+                    f"only (a count its own code reads, as a hurdle's numpyro.factor does). Say so: "
+                    f"support={{{column!r}: constraints.nonnegative_integer}} (command line: --support "
+                    f"{column}=nonnegative_integer); the attack then weighs each pseudo-row between the two "
+                    "counts around its value."
+                )
             raise ReconError(
                 f"the model's log-likelihood is not finite for values of the free column {column!r} "
                 f"on its support ({layout.support(column)}). If the model needs {column!r} positive, "

@@ -692,7 +692,8 @@ def test_a_count_read_in_the_models_own_code_weighs_as_the_same_count_observed()
     given as a count: NumPyro's validated log-probability is −∞ between the counts, and the attack refused
     the column. Its rows are now interpolated between the counts, so that at any pseudo-count its
     log-likelihood, its gradient in the count and the weighted log density are those of the same Poisson
-    observed (whose site the attack interpolates itself)."""
+    observed (whose site the attack interpolates itself). Undeclared, or declared positive, the column is
+    refused with a message that names the count's support."""
 
     def observed(x, y=None):
         a = numpyro.sample("a", dist.Normal(0, 2))
@@ -709,6 +710,9 @@ def test_a_count_read_in_the_models_own_code_weighs_as_the_same_count_observed()
     rng = np.random.default_rng(0)
     draws = {"a": rng.normal(0.5, 0.1, 100), "b": rng.normal(0.3, 0.1, 100)}
     count = {"y": constraints.nonnegative_integer}
+    for undeclared in ({}, {"y": constraints.positive}):  # refused, naming the support that works
+        with pytest.raises(br.ReconError, match=r"at whole numbers only .*--support y=nonnegative_integer"):
+            prepare_release(in_code, draws, ["x", "y"], support=undeclared)
     plain = prepare_release(observed, draws, ["x", "y"]).weighted_model
     coded = prepare_release(in_code, draws, ["x", "y"], support=count).weighted_model
     assert plain.counted == () and coded.counted == (("y", 0.0, np.inf),)
