@@ -1100,14 +1100,15 @@ def _check_round_memory(compiled: Any, n_points: int, draws: int, grid_shrinks: 
         else "fewer draws (ReconConfig.max_draws, --max-draws)"
     )
     one_at_a_time = (
-        "the grid search's candidates one at a time (ReconConfig(grid_at_once=1), --grid-at-once 1), "
+        "score the grid search's candidates one at a time first (ReconConfig(grid_at_once=1), "
+        "--grid-at-once 1: less memory, the same result); where that is not enough, "
         if grid_shrinks
         else ""
     )
     raise RoundTooLarge(
         f"one round of this attack needs {need / 2**30:,.1f} GiB of working memory (XLA's count for "
         f"{n_points} points on {draws} draws), more than the {have / 2**30:,.1f} GiB it may take of the "
-        f"memory available now; use {one_at_a_time}{fewer}, fewer points (n_points, --points) or "
+        f"memory available now; {one_at_a_time}use {fewer}, fewer points (n_points, --points) or "
         "minibatches of draws (ReconConfig.batch_size, --batch-size)",
         1 if grid_shrinks else None,
         fit if fit >= FEWEST_DRAWS else None,
