@@ -284,12 +284,18 @@ def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.n
             if any(
                 finite_at(1.0, rest, shift=0.0) and not finite_at(1.0, rest, shift=0.5) for rest in others
             ):
+                # counted_columns takes scalar columns only: a vector's 2^k corners per row are not built
+                fix = (
+                    f"Say so: support={{{column!r}: constraints.nonnegative_integer}} (command line: "
+                    f"--support {column}=nonnegative_integer); the attack then weighs each pseudo-row "
+                    "between the two counts around its value."
+                    if not layout.shapes[column]
+                    else f"The attack weighs such counts between the whole numbers in scalar columns only: "
+                    f"give each entry of {column!r} a column of its own, with support=nonnegative_integer."
+                )
                 raise ReconError(
                     f"the model's log-likelihood is finite for the free column {column!r} at whole numbers "
-                    f"only (a count its own code reads, as a hurdle's numpyro.factor does). Say so: "
-                    f"support={{{column!r}: constraints.nonnegative_integer}} (command line: --support "
-                    f"{column}=nonnegative_integer); the attack then weighs each pseudo-row between the two "
-                    "counts around its value."
+                    f"only (a count its own code reads, as a hurdle's numpyro.factor does). {fix}"
                 )
             raise ReconError(
                 f"the model's log-likelihood is not finite for values of the free column {column!r} "

@@ -433,7 +433,8 @@ def test_a_round_too_large_scores_the_grid_one_candidate_at_a_time_first_for_the
     for name in ("x", "y"):
         np.testing.assert_array_equal(found.measure.points[name], unrefused.measure.points[name])
     np.testing.assert_array_equal(found.measure.weights, unrefused.measure.weights)
-    with pytest.raises(br.ReconError, match=r"one at a time first \(ReconConfig\(grid_at_once=1\), --grid-at-once 1:"):
+    first = r"one at a time first \(ReconConfig\(grid_at_once=1\), --grid-at-once 1:"
+    with pytest.raises(br.ReconError, match=first):
         br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=config, checkpoint=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -713,6 +713,15 @@ def test_a_count_read_in_the_models_own_code_weighs_as_the_same_count_observed()
     for undeclared in ({}, {"y": constraints.positive}):  # refused, naming the support that works
         with pytest.raises(br.ReconError, match=r"at whole numbers only .*--support y=nonnegative_integer"):
             prepare_release(in_code, draws, ["x", "y"], support=undeclared)
+
+    def two_in_code(x, y=None):  # two counts a row, read in code: refused, each a column of its own instead
+        a = numpyro.sample("a", dist.Normal(0, 2))
+        b = numpyro.sample("b", dist.Normal(0, 2))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.factor("y_term", dist.Poisson(jnp.exp(a + b * x)[:, None]).log_prob(y).sum(-1))
+
+    with pytest.raises(br.ReconError, match=r"whole numbers in scalar columns only: give each entry of 'y'"):
+        prepare_release(two_in_code, draws, {"x": (), "y": (2,)}, support=count)
     plain = prepare_release(observed, draws, ["x", "y"]).weighted_model
     coded = prepare_release(in_code, draws, ["x", "y"], support=count).weighted_model
     assert plain.counted == () and coded.counted == (("y", 0.0, np.inf),)
