@@ -504,7 +504,7 @@ def recover_from_loglik(
     residual = np.sqrt(np.mean(check**2, axis=0)) / scale
     residual = np.where(np.isfinite(residual), residual, np.inf)
     observed = observed_columns(weighted.model, columns, weighted.fixed, release.layout.supports)
-    integers = {k for k, s in observed.items() if s.is_discrete}
+    integers = {k for k, s in observed.items() if s.is_discrete} | {c for c, *_ in weighted.counted}
     assembled = {k: np.asarray(v) for k, v in layout.assemble(jnp.asarray(best), none).items()}
     rows = {k: np.round(v) if k in integers else v for k, v in assembled.items()}
     max_error = share = None

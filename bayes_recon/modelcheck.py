@@ -85,8 +85,7 @@ def prepare_release(
     reshaped = frozenset(k for k in checked if jnp.shape(unconstrained[k]) != checked[k].shape[1:])
     latent_example = {k: unconstrained[k] for k in checked}
     priors = prior_sites(model, layout, fixed)
-    counted = counted_columns(model, layout, fixed, support)
-    weighted = WeightedModel(model, tuple(shapes), fixed, latent_example, reshaped, priors, counted)
+    weighted = WeightedModel(model, tuple(shapes), fixed, latent_example, reshaped, priors)
     theta = np.asarray(weighted.to_unconstrained(checked, layout.example(1)))
     check_draws_on_supports(theta, weighted)
     flat = np.flatnonzero(np.ptp(theta, axis=0) == 0)
@@ -98,6 +97,7 @@ def prepare_release(
             "fixed in the draws tells it nothing. Pass such a value as fixed data, not as a sampled site."
         )
     probe_draws = theta[spread_rows(len(theta), 4)]
+    weighted = dataclasses.replace(weighted, counted=counted_columns(weighted, layout, support, probe_draws))
     check_rows_exchangeable(weighted, layout, probe_draws)
     check_covariates(weighted, layout, probe_draws)
     per_unit = None if units is None else check_units(weighted, layout, units, probe_draws)

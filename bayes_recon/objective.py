@@ -164,7 +164,8 @@ def _mass_terms(
 
     def terms(params: pseudo.Pseudo, base: Array, batch_key: Array) -> tuple[Array, Array, Array, Array]:
         points, w = pseudo.measure(layout, params, base)
-        at_once = max(1, GRADIENT_BUDGET // (w.shape[0] * dim * value_size(estimator, dim, n_slices)))
+        rows = w.shape[0] * problem.weighted.copies
+        at_once = max(1, GRADIENT_BUDGET // (rows * dim * value_size(estimator, dim, n_slices)))
         on, slices = draws, fixed_slices
         if batch_size is not None:
             rows_key, slices_key = jax.random.split(batch_key)
@@ -329,7 +330,10 @@ def build_point_derivatives(
 
         z, bits, w = points_of(params)
         n, d_points = z.shape
-        at_once = max(1, GRADIENT_BUDGET // (n * dim * value_size(estimator, dim, n_slices) * (d_points + 1)))
+        rows = n * problem.weighted.copies
+        at_once = max(
+            1, GRADIENT_BUDGET // (rows * dim * value_size(estimator, dim, n_slices) * (d_points + 1))
+        )
         # held at the points' values (see above)
         bandwidths = kink_bandwidths(problem.weighted, problem.coordinates, layout.assemble(z, bits), draws)
 
@@ -437,7 +441,7 @@ def point_information(
         return jnp.sum(scores**2, axis=-1)
 
     n_points = len(next(iter(points.values())))
-    at_once = max(1, GRADIENT_BUDGET // (n_points * draws.shape[1] ** 2))
+    at_once = max(1, GRADIENT_BUDGET // (n_points * weighted.copies * draws.shape[1] ** 2))
     information = map_in_chunks(information, draws, at_once)
     return jnp.mean(information, axis=0)
 

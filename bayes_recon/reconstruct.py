@@ -560,7 +560,7 @@ class Reconstruction:
             log_q = setup.coordinates.pull_back(
                 lambda th: setup.weighted_model.log_density(th, data, weights, bandwidths)
             )
-            at_once = max(1, GRADIENT_BUDGET // (len(weights) * size))
+            at_once = max(1, GRADIENT_BUDGET // (len(weights) * setup.weighted_model.copies * size))
             return score_matching_terms(log_q, setup.draws, slices, estimator, at_once)
 
         def with_penalty(data: Mapping[str, Array], weights: Array) -> Array:
@@ -797,9 +797,16 @@ def _reconstruct(
             if cpu:  # XLA's count is of the device's buffers: on a CPU, the process's memory
                 grid_shrinks = bool(begin.searched) and begin.grid_at_once > 1
                 _check_round_memory(compiled, n_points, len(z), grid_shrinks)
-        except RoundTooLarge:
+        except RoundTooLarge as large:
             if store is not None and not finished:  # a checkpoint of no rounds: the rerun it asks for
                 remove(store.folder)  # (other draws, another attack) is not refused as a stranger
+            elif store is not None:
+                raise RoundTooLarge(
+                    f"{large}. Each of these makes another attack, which the rounds kept in {store.folder} "
+                    "would refuse: start it afresh (--fresh; bayes_recon.checkpoint.remove)",
+                    None,
+                    None,
+                ) from None
             raise
 
     if any(i not in finished for i in (*range(rounds), *replicates)):

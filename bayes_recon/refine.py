@@ -153,7 +153,13 @@ def build_refiner(
     at_once = max(
         1,
         GRADIENT_BUDGET
-        // (c * (m + added(m) + moved_in(c, m)) * dim * value_size(estimator, dim, problem.n_slices)),
+        // (
+            c
+            * (m + added(m) + moved_in(c, m))
+            * problem.weighted.copies
+            * dim
+            * value_size(estimator, dim, problem.n_slices)
+        ),
     )
 
     def prior_at(pair: tuple) -> tuple[Array, Array]:

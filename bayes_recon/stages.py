@@ -361,7 +361,7 @@ def make_start(
 
     unit = pseudo.initial(n_points, layout)
     # each candidate is evaluated on the subset of draws (its quadratic in the mass: pseudo.at_best_mass)
-    per_candidate = min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size
+    per_candidate = min(config.coarse_draws, theta.shape[0]) * unit.points.logit.size * weighted.copies
     responded = partial(with_responses, layout, responses, predict, shares)
     refit = None
     if config.information_start and config.restarts >= 2 and config.coarse_steps:

@@ -202,24 +202,70 @@ def column_supports(
 
 
 def counted_columns(
-    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], given: Mapping[str, Constraint]
+    weighted: WeightedModel, layout: pseudo.Layout, given: Mapping[str, Constraint], theta: np.ndarray
 ) -> tuple[tuple[str, float, float], ...]:
     """(column, lowest, highest count) of the scalar free columns ``given`` a count's support that the
-    attack relaxes to an interval (not labels it enumerates) and that no observed site takes as its value:
-    a count the model reads in its own code (a hurdle's or zero-inflation's ``numpyro.factor``, as Stan
-    translations write them), or a count covariate. Their rows are interpolated between the counts
-    (:meth:`bayes_recon.weighting.WeightedModel.at_counts`), as an observed count's log-probability is by
-    its distribution (:func:`bayes_recon.weighting.between_counts`)."""
-    observed = observed_columns(model, layout.shapes, fixed, layout.supports)
+    attack relaxes to an interval (not labels it enumerates), that no observed site takes as its value, and
+    whose log-likelihood at the draws ``theta`` is finite at whole numbers but not halfway between them: a
+    count the model reads in its own code (a hurdle's or a zero-inflation's ``numpyro.factor``, as Stan
+    translations write them, where NumPyro validates the count). Their rows are interpolated between the
+    counts (:meth:`bayes_recon.weighting.WeightedModel.at_counts`), as an observed count's log-probability
+    is by its distribution (:func:`bayes_recon.weighting.between_counts`). A count covariate the model
+    takes at any real value keeps its smooth likelihood."""
+    observed = observed_columns(weighted.model, layout.shapes, weighted.fixed, layout.supports)
+    finite = _finite_probe(weighted, layout, theta)
     found = []
     for column, support in given.items():
         counts = isinstance(support, constraints._IntegerGreaterThan | constraints._IntegerInterval)
         relaxed_to = layout.support(column)
         if not counts or column in observed or layout.shapes[column] or pseudo.is_discrete(relaxed_to):
             continue
-        bounds = (getattr(relaxed_to, "lower_bound", -np.inf), getattr(relaxed_to, "upper_bound", np.inf))
-        found.append((column, *(float(pseudo.common_bound(b)) for b in bounds)))
+        lowest, highest = (
+            float(pseudo.common_bound(getattr(relaxed_to, bound, default)))
+            for bound, default in (("lower_bound", -np.inf), ("upper_bound", np.inf))
+        )
+        if _counts_only(finite, column, lowest, highest):
+            found.append((column, lowest, highest))
     return tuple(found)
+
+
+def _whole(spread: jax.Array, lowest: float = 0.0, highest: float = np.inf) -> jax.Array:
+    """Small whole numbers from ``lowest`` (0 where unbounded below), spread as the probe's coordinates,
+    below ``highest``."""
+    start = lowest if np.isfinite(lowest) else 0.0
+    return jnp.minimum(start + jnp.round(jnp.abs(spread) * 3) % 4, max(start, highest - 1))
+
+
+def _finite_probe(
+    weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray
+) -> Callable[..., list[bool]]:
+    """``finite(column, values, scale=1)``: whether log p(x | θ) is finite at the draws ``theta`` with
+    ``column`` at ``values(its probe coordinates × scale)``, with the others at their support's centre and
+    at 1 in their unconstrained space (two answers): a real column the model takes the log of (log(y)
+    observed, y undeclared) is −∞ at its centre 0, and every other column moved beside it would be blamed
+    for it."""
+    n = 16
+    spread, _ = layout.probe_coordinates(np.random.default_rng(2), n)
+    bits = jnp.broadcast_to(layout.strata[0], (n, layout.discrete_dim))
+    others = [layout.assemble(jnp.full((n, layout.dim), offset), bits) for offset in (0.0, 1.0)]
+    loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
+
+    def finite(column: str, values: Callable[[jax.Array], jax.Array], scale: float = 1.0) -> list[bool]:
+        wide = values(layout.assemble(spread * scale, bits)[column])
+        return [
+            bool(np.isfinite(np.asarray(loglik(jnp.asarray(theta), {**rest, column: wide}))).all())
+            for rest in others
+        ]
+
+    return finite
+
+
+def _counts_only(finite: Callable[..., list[bool]], column: str, lowest: float, highest: float) -> bool:
+    """Whether ``column``'s log-likelihood is finite at whole numbers from ``lowest`` and not halfway
+    between them (:func:`_finite_probe`): a count the model's own code validates."""
+    whole = finite(column, lambda w: _whole(w, lowest, highest))
+    between = finite(column, lambda w: _whole(w, lowest, highest) + 0.5)
+    return any(at and not half for at, half in zip(whole, between, strict=True))
 
 
 def values_outside(given: Constraint, support: Constraint) -> list[float]:
@@ -257,49 +303,33 @@ def check_covariates(weighted: WeightedModel, layout: pseudo.Layout, theta: np.n
     data cannot take (``log(x)`` with x real), which the attack would only find mid-way. The
     column's unconstrained values are tried at spreads 1, 10⁻³ and 10⁻⁶ and the column is refused
     only when every spread fails: a column at 0.01 with a coefficient of 1,000 overflows exp(η) at
-    unit spread, but its data are fine.
+    unit spread, but its data are fine. A column finite at whole numbers only (from 0, or from 1: a
+    zero-truncated count) is told to say it is a count.
     """
-    n = 16
-    spread, _ = layout.probe_coordinates(np.random.default_rng(2), n)
-    bits = jnp.broadcast_to(layout.strata[0], (n, layout.discrete_dim))
-    # The others sit at their support's centre, or at 1 in their unconstrained space: a real column the
-    # model takes the log of (log(y) observed, y undeclared) is −∞ at its centre 0, and every other
-    # column moved beside it would be blamed for it.
-    others = [layout.assemble(jnp.full((n, layout.dim), offset), bits) for offset in (0.0, 1.0)]
-    loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
+    finite = _finite_probe(weighted, layout, theta)
     for column in layout.shapes:
         if pseudo.is_discrete(layout.support(column)):
             continue
-
-        def finite_at(
-            scale: float, rest: dict[str, jax.Array], column: str = column, shift: float | None = None
-        ) -> bool:
-            wide = layout.assemble(spread * scale, bits)[column]
-            # with a shift: whole numbers 0, 1, 2, ... (shift 0) or halfway between them (0.5)
-            wide = wide if shift is None else jnp.round(jnp.abs(wide) * 3) + shift
-            values = np.asarray(loglik(jnp.asarray(theta), {**rest, column: wide}))
-            return bool(np.isfinite(values).all())
-
-        if not any(finite_at(scale, rest) for scale in (1.0, 1e-3, 1e-6) for rest in others):
-            if any(
-                finite_at(1.0, rest, shift=0.0) and not finite_at(1.0, rest, shift=0.5) for rest in others
-            ):
-                # counted_columns takes scalar columns only: a vector's 2^k corners per row are not built
-                fix = (
-                    f"Say so: support={{{column!r}: constraints.nonnegative_integer}} (command line: "
-                    f"--support {column}=nonnegative_integer); the attack then weighs each pseudo-row "
-                    "between the two counts around its value."
-                    if not layout.shapes[column]
-                    else f"The attack weighs such counts between the whole numbers in scalar columns only: "
-                    f"give each entry of {column!r} a column of its own, with support=nonnegative_integer."
-                )
-                raise ReconError(
-                    f"the model's log-likelihood is finite for the free column {column!r} at whole numbers "
-                    f"only (a count its own code reads, as a hurdle's numpyro.factor does). {fix}"
-                )
-            raise ReconError(
-                f"the model's log-likelihood is not finite for values of the free column {column!r} "
-                f"on its support ({layout.support(column)}). If the model needs {column!r} positive, "
-                f"in (0, 1) or in an interval, say so: support={{{column!r}: constraints.positive}} "
-                "(command line: --support COLUMN=positive)."
+        if any(any(finite(column, lambda w: w, scale)) for scale in (1.0, 1e-3, 1e-6)):
+            continue
+        if any(_counts_only(finite, column, start, np.inf) for start in (0.0, 1.0)):
+            # counted_columns takes scalar columns only: a vector's 2^k corners per row are not built
+            fix = (
+                f"Say so: support={{{column!r}: constraints.nonnegative_integer}} (command line: "
+                f"--support {column}=nonnegative_integer); the attack then weighs each pseudo-row "
+                "between the two counts around its value."
+                if not layout.shapes[column]
+                else "The attack weighs such counts between the whole numbers in scalar columns only: "
+                f"rewrite the model to take each entry of {column!r} as an argument of its own, each with "
+                "support=nonnegative_integer."
             )
+            raise ReconError(
+                f"the model's log-likelihood is finite for the free column {column!r} at whole numbers "
+                f"only (a count its own code reads, as a hurdle's numpyro.factor does). {fix}"
+            )
+        raise ReconError(
+            f"the model's log-likelihood is not finite for values of the free column {column!r} "
+            f"on its support ({layout.support(column)}). If the model needs {column!r} positive, "
+            f"in (0, 1) or in an interval, say so: support={{{column!r}: constraints.positive}} "
+            "(command line: --support COLUMN=positive)."
+        )

@@ -358,15 +358,23 @@ class WeightedModel:
                 names[positions[where]] = f"{site} (unconstrained {i})" if site in self.reshaped else entry
         return tuple(names)
 
-    def at_counts(self, data: Mapping[str, Array]) -> tuple[dict[str, Array], Array]:
+    @property
+    def copies(self) -> int:
+        """Rows the model is evaluated on per pseudo-point: 2^k for k :attr:`counted` columns (the memory
+        budgets count them)."""
+        return 2 ** len(self.counted)
+
+    def at_counts(self, data: Mapping[str, Array]) -> tuple[dict[str, Array], Array | None]:
         """The rows with each :attr:`counted` column at the two counts around its value, ⌊y⌋ and ⌊y⌋ + 1
         (2^k copies of the M rows stacked, for k such columns), and each copy's share of its row, (2^k, M):
-        1 − u and u per column, u = y − ⌊y⌋. A row's log-likelihood is the shares' sum of its copies': a
-        pseudo-count y of weight w is the rows ⌊y⌋ of weight (1 − u)·w and ⌊y⌋ + 1 of weight u·w, as an
-        observed count's (:func:`between_counts`) is, here for a count the model reads in its own code (a
-        hurdle's ``numpyro.factor``), where NumPyro's validated log-probability is −∞ between the counts.
-        Its gradient in y is the step log p(⌊y⌋ + 1) − log p(⌊y⌋), at a count too (to the right; at the
-        highest count, to the left)."""
+        1 − u and u per column, u = y − ⌊y⌋; the rows as they are and None without such columns. A row's
+        log-likelihood is the shares' sum of its copies': a pseudo-count y of weight w is the rows ⌊y⌋ of
+        weight (1 − u)·w and ⌊y⌋ + 1 of weight u·w, as an observed count's (:func:`between_counts`) is, here
+        for a count the model reads in its own code (a hurdle's ``numpyro.factor``), where NumPyro's
+        validated log-probability is −∞ between the counts. Its gradient in y is the step
+        log p(⌊y⌋ + 1) − log p(⌊y⌋), at a count too (to the right; at the highest count, to the left)."""
+        if not self.counted:
+            return dict(data), None
         rows = next(iter(data.values())).shape[0]
         copies, shares = dict(data), jnp.ones((1, rows))
         for column, lowest, highest in self.counted:
@@ -382,8 +390,9 @@ class WeightedModel:
         self, theta: Array, data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths | None = None
     ) -> Array:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
-        smoothed by ``bandwidths``, if given)."""
-        if self.counted:  # the rows' terms by their counts' copies (at_counts)
+        smoothed by ``bandwidths``, if given). With :attr:`counted` columns, the prior's plus the weighted
+        rows' terms from their copies (:meth:`at_counts`): the model runs twice, not once."""
+        if self.counted:
             return self.log_prior(theta, data) + weights @ self.loglik_per_point(theta, data, bandwidths)
         weighted = weight_likelihood(
             relax_support(self.model, bandwidths), weights=weights, prior_sites=self.prior_sites
@@ -393,8 +402,9 @@ class WeightedModel:
     def log_prior(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """Unconstrained log density of the prior alone at the flat vector ``theta``: ``log_density`` with
         the likelihood sites hidden, so that it is ``log_density(θ, x, w) − Σ_j w_j loglik_per_point(θ, x)_j``
-        whatever the pseudo-data ``data`` (any points the model accepts; their counts' copies, which the
-        model's own code may validate, :meth:`at_counts`)."""
+        whatever the pseudo-data ``data`` (any points the model accepts). The model runs on the rows'
+        copies at their counts (:meth:`at_counts`): its hidden likelihood code still runs, and NumPyro
+        warns of a count between the integers."""
 
         prior = handlers.block(
             relax_support(self.model), hide_fn=lambda msg: _is_likelihood(msg, self.prior_sites)
@@ -421,46 +431,55 @@ class WeightedModel:
         return handlers.trace(relaxed).get_trace(**self._kwargs(data))
 
     def _likelihood_sites(
-        self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
+        self, theta: Array, rows: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> list[dict[str, Any]]:
-        """The likelihood sites of the trace on the rows' copies at their counts (:meth:`at_counts`)."""
-        trace = self._trace(theta, self.at_counts(data)[0], bandwidths)
+        """The likelihood sites of the trace on ``rows`` (the copies of :meth:`at_counts`)."""
+        trace = self._trace(theta, rows, bandwidths)
         return [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
 
-    def _per_row(self, sites: list[dict[str, Any]], data: Mapping[str, Array]) -> Array:
-        """Every row's log-likelihood from the ``sites`` of a trace on its copies (:meth:`at_counts`)."""
-        if not self.counted:
-            return _per_point(sites, data)
-        copies, shares = self.at_counts(data)
-        terms = _per_point(sites, copies).reshape(shares.shape)
-        # a copy the model gives no probability (the count past a row on a count): the steep fall of
-        # between_counts, so that a share of 0 adds 0 and its gradient is finite
-        return jnp.sum(shares * jnp.where(jnp.isfinite(terms), terms, -STEEPEST_SLOPE), axis=0)
+    @staticmethod
+    def _per_row(sites: list[dict[str, Any]], copies: Mapping[str, Array], shares: Array | None) -> Array:
+        """Every row's log-likelihood from the ``sites`` of a trace on its ``copies`` (:meth:`at_counts`).
+        A copy at a count the model gives no probability takes between_counts' steep fall instead of −∞,
+        so that a share of 0 adds 0 with a finite gradient; a row with no possible copy stays −∞, and a
+        NaN stays NaN (the checks refuse both)."""
+        terms = _per_point(sites, copies)
+        if shares is None:
+            return terms
+        terms = terms.reshape(shares.shape)
+        impossible = terms == -jnp.inf
+        row = jnp.sum(shares * jnp.where(impossible, -STEEPEST_SLOPE, terms), axis=0)
+        return jnp.where(jnp.all(impossible, axis=0), -jnp.inf, row)
 
     def loglik_per_point(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> Array:
         """log p(x_j | θ) for every point j (summed over the likelihood sites), θ unconstrained flat (kinks
         smoothed by ``bandwidths``, if given)."""
-        return self._per_row(self._likelihood_sites(theta, data, bandwidths), data)
+        copies, shares = self.at_counts(data)
+        return self._per_row(self._likelihood_sites(theta, copies, bandwidths), copies, shares)
 
     def constrained_terms(self, params: Mapping[str, Array], data: Mapping[str, Array]) -> Array:
         """At the latent sites' constrained values ``params``: the prior's log density there (no Jacobian of
         NumPyro's unconstraining) and log p(x_j | θ) for every point j, (M + 1,)."""
-        trace = self._trace_constrained(params, self.at_counts(data)[0])
+        copies, shares = self.at_counts(data)
+        trace = self._trace_constrained(params, copies)
         likelihood = [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
         prior = [
             jnp.sum(site["fn"].log_prob(site["value"]))
             for site in trace.values()
             if site["type"] == "sample" and not _is_likelihood(site, self.prior_sites)
         ]
-        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], self._per_row(likelihood, data)])
+        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], self._per_row(likelihood, copies, shares)])
 
     def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
         """The standardised residual (:func:`kink_residual`) of every likelihood site with a kink (Laplace,
         asymmetric Laplace), each the site's batch shape on the rows' copies (:meth:`at_counts`), θ
         unconstrained flat; empty without such sites."""
-        sites = [(site, kinked_within(site["fn"])) for site in self._likelihood_sites(theta, data)]
+        sites = [
+            (site, kinked_within(site["fn"]))
+            for site in self._likelihood_sites(theta, self.at_counts(data)[0])
+        ]
         return {site["name"]: kink_residual(fn, site["value"]) for site, fn in sites if fn is not None}
 
     def point_scores(

@@ -409,7 +409,7 @@ def test_a_round_too_large_scores_the_grid_one_candidate_at_a_time_first_for_the
     """A regression's covariate is searched on a grid of 59 candidates, scored together by default: with
     memory for half that round, the attack scores them one at a time instead (a seventh of the memory
     here), on every draw, with a warning, and ends where the unrefused attack ends; with a checkpoint it
-    is refused, naming the setting."""
+    is refused, naming the setting, and where the checkpoint holds a round, saying to start afresh."""
     import sys
 
     def model(x=None, y=None):
@@ -437,6 +437,22 @@ def test_a_round_too_large_scores_the_grid_one_candidate_at_a_time_first_for_the
     with pytest.raises(br.ReconError, match=first):
         br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=config, checkpoint=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+    def stop_after_a_round(done: int, total: int) -> None:
+        if done == 1:
+            raise KeyboardInterrupt
+
+    two = dataclasses.replace(config, restarts=2)
+    kept = tmp_path / "kept"
+    monkeypatch.setattr(attack, "_available_memory", lambda: 2**50)
+    with pytest.raises(KeyboardInterrupt):
+        br.reconstruct(
+            model, draws, ["x", "y"], n_points=3, config=two, progress=stop_after_a_round, checkpoint=kept
+        )
+    monkeypatch.setattr(attack, "_available_memory", lambda: needs[0] // 2)
+    with pytest.raises(br.ReconError, match=first + r".*rounds kept in .*kept would refuse: start it afresh"):
+        br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=two, checkpoint=kept)
+    assert kept.exists()  # a round of it is kept: the user decides
 
 
 def test_every_restart_reports_its_measures_information_near_d_at_the_truths_optimum(kidiq_result):
