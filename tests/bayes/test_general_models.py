@@ -696,15 +696,11 @@ def test_a_count_read_in_the_models_own_code_weighs_as_the_same_count_observed()
     refused with a message that names the count's support. A count covariate the model takes at any real
     value is not interpolated, and a covariate beside the count still fails the covariates' check."""
 
-    def observed(x, y=None):
-        a = numpyro.sample("a", dist.Normal(0, 2))
-        b = numpyro.sample("b", dist.Normal(0, 2))
-        with numpyro.plate("rows", x.shape[0]):
-            numpyro.sample("y", dist.Poisson(jnp.exp(a + b * x)), obs=y)
+    observed = poisson_regression
 
     def in_code(x, y=None):
-        a = numpyro.sample("a", dist.Normal(0, 2))
-        b = numpyro.sample("b", dist.Normal(0, 2))
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
         with numpyro.plate("rows", x.shape[0]):
             numpyro.factor("y_term", dist.Poisson(jnp.exp(a + b * x)).log_prob(y))
 
