@@ -101,7 +101,7 @@ class ReconConfig:
     ``batch_size``: minibatches of draws in that last stage (forces Adam; no polish); ``max_draws``
     keeps the first draws only. Every stage stops early once the objective stops changing.
     ``grid_at_once``: the grid search's candidates scored together (default: as many as
-    ``objective.VALUE_BUDGET`` allows); fewer take less memory for the same result.
+    :data:`bayes_recon.objective.VALUE_BUDGET` allows); fewer take less memory for the same result.
 
     ``restarts_at_once``: restarts batched together (``vmap``) in one round; the rounds are calls
     of one compiled program. Default: all at once on an accelerator, one at a time on a CPU, where
