@@ -97,6 +97,9 @@ def prepare_release(
             "fixed in the draws tells it nothing. Pass such a value as fixed data, not as a sampled site."
         )
     probe_draws = theta[spread_rows(len(theta), 4)]
+    summed = summed_sites(weighted, layout, probe_draws)
+    weighted = dataclasses.replace(weighted, prior_sites=weighted.prior_sites - summed, summed=summed)
+    check_rows_observed(weighted, layout)
     weighted = dataclasses.replace(weighted, counted=counted_columns(weighted, layout, support, probe_draws))
     check_rows_exchangeable(weighted, layout, probe_draws)
     check_covariates(weighted, layout, probe_draws)
@@ -422,23 +425,31 @@ def rows_counted(model: Callable, name: str, columns: tuple[str, ...]) -> Callab
     return counted
 
 
+_NO_ROWS_OBSERVED = (
+    "the model has no observed site for the free data; pass the data as the obs= of a site inside a "
+    "numpyro.plate over the rows"
+)
+
+
+def check_rows_observed(weighted: WeightedModel, layout: pseudo.Layout) -> None:
+    """Refuse a model whose observed sites are all terms of the prior (none takes the rows, nor sums a term
+    per row: :func:`summed_sites`)."""
+    _, observed = traced_sites(weighted.model, layout, weighted.fixed, 3)
+    if observed <= weighted.prior_sites:
+        raise ReconError(
+            f"{_NO_ROWS_OBSERVED} (its observed site(s) {sorted(observed)} take no row of their own and are "
+            "no sum of one term per row: a numpyro.factor of a function of all rows together cannot be "
+            "weighed row by row, give the factor one term per row inside the plate)"
+        )
+
+
 def latent_shapes(
     model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
 ) -> dict[str, tuple[int, ...]]:
     """The model's latent sites and shapes; refuses latent variables that grow with the data (per point)."""
     (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
-    if observed <= _rowless(three, four, observed):
-        raise ReconError(
-            "the model has no observed site for the free data; pass the data as the obs= of a site "
-            "inside a numpyro.plate over the rows"
-            + (
-                f" (its observed site(s) {sorted(observed)} take no row of their own: a numpyro.factor "
-                "of a sum over all rows cannot be weighed row by row, give the factor one term per row "
-                "inside the plate)"
-                if observed
-                else ""
-            )
-        )
+    if not observed:
+        raise ReconError(_NO_ROWS_OBSERVED)
     per_point = [k for k in three if k not in observed and three[k] != four[k]]
     if per_point:
         raise LatentGrowsWithRows(
@@ -456,6 +467,39 @@ def prior_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]
     fixed data). :func:`check_rows_exchangeable` refuses one that changes with the rows' values or number."""
     (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
     return frozenset(_rowless(three, four, observed))
+
+
+def summed_sites(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> frozenset[str]:
+    """The :attr:`~bayes_recon.weighting.WeightedModel.prior_sites` that are the sum of one term per row (a
+    ``numpyro.factor`` of ``dist.Normal(mu, sigma).log_prob(y).sum()``, Stan's vectorised ``target +=``): at
+    the draws ``theta``, their value changes with the rows, and on 5 and on 4 rows of probe data it is the
+    sum of their values on each row alone. Any other that changes with the rows is refused by
+    :func:`check_rows_exchangeable`."""
+
+    def value(name: str, data: Mapping[str, Array]) -> np.ndarray:
+        alone = dataclasses.replace(weighted, prior_sites=frozenset({name}))
+        return np.asarray(jax.vmap(alone.log_prior_sites, in_axes=(0, None))(jnp.asarray(theta), data))
+
+    def by_rows(name: str, data: Mapping[str, Array]) -> np.ndarray:
+        rows = len(next(iter(data.values())))
+        return sum(value(name, {k: v[j : j + 1] for k, v in data.items()}) for j in range(rows))
+
+    five, other, four = layout.probe(3, 5), layout.probe(4, 5), layout.probe(5, 4)
+    found = set()
+    for name in sorted(weighted.prior_sites):
+        try:
+            at = [value(name, data) for data in (five, other, four)]
+            if all(np.allclose(a, at[0], rtol=1e-6, equal_nan=True) for a in at[1:]):
+                continue  # a term of the prior
+            additive = all(
+                np.allclose(at[i], by_rows(name, data), rtol=1e-6, atol=1e-8)
+                for i, data in ((0, five), (2, four))
+            )
+        except Exception:  # a site the rows alone cannot evaluate is no sum of theirs
+            continue
+        if additive:
+            found.add(name)
+    return frozenset(found)
 
 
 def _rowless(three: Mapping[str, Any], four: Mapping[str, Any], observed: set[str]) -> set[str]:

@@ -323,7 +323,9 @@ class WeightedModel:
     :func:`bayes_recon.modelcheck.prepare_release` finds them; left empty, every observed site is the rows'.
     ``counted``: (column, lowest, highest count) of the free count columns no observed site takes as its
     value (:func:`bayes_recon.supports.counted_columns`): every row's log-likelihood is interpolated
-    between the counts around its value (:meth:`at_counts`).
+    between the counts around its value (:meth:`at_counts`). ``summed``: observed sites of one term, the sum
+    of the rows' (a ``numpyro.factor`` of ``log_prob(y).sum()``, Stan's vectorised ``target +=``;
+    :func:`bayes_recon.modelcheck.summed_sites`): each row's is the site on that row alone.
     """
 
     model: Callable
@@ -333,6 +335,7 @@ class WeightedModel:
     reshaped: frozenset[str] = frozenset()
     prior_sites: frozenset[str] = frozenset()
     counted: tuple[tuple[str, float, float], ...] = ()
+    summed: frozenset[str] = frozenset()
 
     def _kwargs(self, data: Mapping[str, Array]) -> dict[str, Any]:
         return {**self.fixed, **data}
@@ -390,9 +393,10 @@ class WeightedModel:
         self, theta: Array, data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths | None = None
     ) -> Array:
         """Unconstrained log density of the weighted posterior at the flat vector ``theta`` (kinks
-        smoothed by ``bandwidths``, if given). With :attr:`counted` columns, the prior's plus the weighted
-        rows' terms from their copies (:meth:`at_counts`): the model runs twice, not once."""
-        if self.counted:
+        smoothed by ``bandwidths``, if given). With :attr:`counted` columns or :attr:`summed` sites, the
+        prior's plus the weighted rows' terms (:meth:`loglik_per_point`): the model runs twice, or more,
+        not once."""
+        if self.counted or self.summed:
             return self.log_prior(theta, data) + weights @ self.loglik_per_point(theta, data, bandwidths)
         weighted = weight_likelihood(
             relax_support(self.model, bandwidths), weights=weights, prior_sites=self.prior_sites
@@ -433,17 +437,33 @@ class WeightedModel:
     def _likelihood_sites(
         self, theta: Array, rows: Mapping[str, Array], bandwidths: Bandwidths | None = None
     ) -> list[dict[str, Any]]:
-        """The likelihood sites of the trace on ``rows`` (the copies of :meth:`at_counts`)."""
+        """The likelihood sites with a term per row of the trace on ``rows`` (the copies of
+        :meth:`at_counts`): not the :attr:`summed` ones."""
         trace = self._trace(theta, rows, bandwidths)
-        return [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
+        return [site for site in trace.values() if _is_likelihood(site, self.prior_sites | self.summed)]
+
+    def _row_terms(self, trace_on: Callable[..., dict[str, Any]], rows: Mapping[str, Array]) -> Array:
+        """Every row's log-likelihood from ``trace_on(rows, bandwidths)``: its sites with a term per row,
+        and each :attr:`summed` site on that row alone (a trace per row, without bandwidths)."""
+        sites = [
+            site for site in trace_on(rows).values() if _is_likelihood(site, self.prior_sites | self.summed)
+        ]
+        terms = _per_point(sites, rows)
+        if not self.summed:
+            return terms
+
+        def alone(row: Mapping[str, Array]) -> Array:
+            trace = trace_on(row, None)
+            return sum(jnp.sum(trace[k]["fn"].log_prob(trace[k]["value"])) for k in self.summed)
+
+        return terms + jax.vmap(alone)({k: v[:, None] for k, v in rows.items()})
 
     @staticmethod
-    def _per_row(sites: list[dict[str, Any]], copies: Mapping[str, Array], shares: Array | None) -> Array:
-        """Every row's log-likelihood from the ``sites`` of a trace on its ``copies`` (:meth:`at_counts`).
-        A copy at a count the model gives no probability takes between_counts' steep fall instead of −∞,
-        so that a share of 0 adds 0 with a finite gradient; a row with no possible copy stays −∞, and a
-        NaN stays NaN (the checks refuse both)."""
-        terms = _per_point(sites, copies)
+    def _per_row(terms: Array, shares: Array | None) -> Array:
+        """Every row's log-likelihood from its copies' ``terms`` (:meth:`at_counts`). A copy at a count the
+        model gives no probability takes between_counts' steep fall instead of −∞, so that a share of 0
+        adds 0 with a finite gradient; a row with no possible copy stays −∞, and a NaN stays NaN (the
+        checks refuse both)."""
         if shares is None:
             return terms
         terms = terms.reshape(shares.shape)
@@ -457,20 +477,27 @@ class WeightedModel:
         """log p(x_j | θ) for every point j (summed over the likelihood sites), θ unconstrained flat (kinks
         smoothed by ``bandwidths``, if given)."""
         copies, shares = self.at_counts(data)
-        return self._per_row(self._likelihood_sites(theta, copies, bandwidths), copies, shares)
+
+        def trace_on(rows: Mapping[str, Array], smoothed: Bandwidths | None = bandwidths) -> dict[str, Any]:
+            return self._trace(theta, rows, smoothed)
+
+        return self._per_row(self._row_terms(trace_on, copies), shares)
 
     def constrained_terms(self, params: Mapping[str, Array], data: Mapping[str, Array]) -> Array:
         """At the latent sites' constrained values ``params``: the prior's log density there (no Jacobian of
         NumPyro's unconstraining) and log p(x_j | θ) for every point j, (M + 1,)."""
         copies, shares = self.at_counts(data)
-        trace = self._trace_constrained(params, copies)
-        likelihood = [site for site in trace.values() if _is_likelihood(site, self.prior_sites)]
+
+        def trace_on(rows: Mapping[str, Array], smoothed: Bandwidths | None = None) -> dict[str, Any]:
+            return self._trace_constrained(params, rows, smoothed)
+
         prior = [
             jnp.sum(site["fn"].log_prob(site["value"]))
-            for site in trace.values()
+            for site in trace_on(copies).values()
             if site["type"] == "sample" and not _is_likelihood(site, self.prior_sites)
         ]
-        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], self._per_row(likelihood, copies, shares)])
+        rows = self._per_row(self._row_terms(trace_on, copies), shares)
+        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], rows])
 
     def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
         """The standardised residual (:func:`kink_residual`) of every likelihood site with a kink (Laplace,

@@ -3,7 +3,8 @@
 The synthetic suite (``bayes_general.py``) writes every family one way. A user's model differs in how it
 is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``
 (with its column of ones among the free columns, or not),
-Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row (and a prior as a factor), trials
+Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row (and a prior as a factor), one factor
+of the rows' sum (Stan's vectorised ``target +=``), trials
 given per row (the same on every row, or varying), a Student-t whose degrees of freedom are sampled, a
 mixture without covariates, several classes, two responses per row (apart, or correlated in one
 multivariate normal), a mixture whose weights are a simplex, a regression of the noise's scale, an
@@ -144,6 +145,13 @@ def stan_data_block(N, K, X, y=None):  # Stan's data block: N and K passed as da
     beta = numpyro.sample("beta", dist.Normal(0, 10).expand([K]).to_event(1))
     with numpyro.plate("rows", N):
         numpyro.sample("y", dist.Poisson(jnp.exp(alpha + X @ beta)), obs=y)
+
+
+def stan_vectorised(N, K, X, y=None):  # Stan's target += normal_lpdf(y | alpha + X * beta, sigma): one factor
+    alpha = numpyro.sample("alpha", dist.Normal(0, 10))
+    beta = numpyro.sample("beta", dist.Normal(0, 10).expand([K]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(5))
+    numpyro.factor("target", dist.Normal(alpha + X @ beta, sigma).log_prob(y).sum())
 
 
 def no_plate(x, y=None):  # a batch of rows without a plate
@@ -381,6 +389,11 @@ def _stan(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"N": 300, "K": 2, "X": X, "y": rng.poisson(np.exp(0.3 + X @ np.array([0.5, -0.3])))}
 
 
+def _stan_normal(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    X = rng.normal(size=(300, 2)) * np.array([10.0, 0.1]) + np.array([50.0, 0.0])
+    return {"N": 300, "K": 2, "X": X, "y": 1.0 + X @ np.array([0.2, 8.0]) + rng.normal(size=300)}
+
+
 def _no_plate(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(50, 10, 200)
     return {"x": x, "y": 3 + 0.2 * x + rng.normal(size=200)}
@@ -529,6 +542,7 @@ CASES = (
     Case("design-matrix-counted", regression_counted, _counted, ["X", "y"]),
     Case("design-with-ones", regression_counted, _ones_column, {"X": (3,), "y": ()}),
     Case("stan-style-N-K", stan_data_block, _stan, ["X", "y"], fixed=("N", "K")),
+    Case("stan-vectorised-target", stan_vectorised, _stan_normal, ["X", "y"], fixed=("N", "K")),
     Case("no-plate", no_plate, _no_plate, ["x", "y"]),
     Case("binomial-trials-per-row", binomial_trials, _binomial, ["x", "y"], fixed=("n",)),
     Case("binomial-trials-vary", binomial_trials, _binomial_varying, ["x", "y"], fixed=("n",)),

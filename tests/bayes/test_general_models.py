@@ -486,18 +486,19 @@ def test_a_group_index_needs_its_discrete_support_and_says_so():
 
 
 def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
-    """Rows standardised by the data's own mean and sd, a factor of a sum over all rows, and the rows as
-    one event: each refused up front, saying why (the first once passed the row checks and was blamed on
-    y's support, by accident of a constant pseudo-column)."""
+    """Rows standardised by the data's own mean and sd, a factor of the mean over all rows (of a sum over
+    them, :func:`test_a_factor_of_a_sum_over_the_rows_weighs_as_the_rows_observed`, the attack weighs), and
+    the rows as one event: each refused up front, saying why (the first once passed the row checks and was
+    blamed on y's support, by accident of a constant pseudo-column)."""
 
     def standardised(x, y=None):
         b = numpyro.sample("b", dist.Normal(0, 1))
         with numpyro.plate("rows", x.shape[0]):
             numpyro.sample("y", dist.Normal(b * (x - x.mean()) / x.std(), 1.0), obs=y)
 
-    def summed(x, y=None):
+    def averaged(x, y=None):
         b = numpyro.sample("b", dist.Normal(0, 1))
-        numpyro.factor("loglik", jnp.sum(dist.Normal(b * x, 1.0).log_prob(y)))
+        numpyro.factor("loglik", jnp.mean(dist.Normal(b * x, 1.0).log_prob(y)))
 
     def one_event(x, y=None):
         b = numpyro.sample("b", dist.Normal(0, 1))
@@ -506,8 +507,8 @@ def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
     draws = {"b": np.random.default_rng(0).normal(size=50)}
     with pytest.raises(br.ReconError, match="a row's log-likelihood depends on the other rows"):
         prepare_release(standardised, draws, ["x", "y"])
-    with pytest.raises(br.ReconError, match=r"a numpyro\.factor of a sum over all rows"):
-        prepare_release(summed, draws, ["x", "y"])
+    with pytest.raises(br.ReconError, match=r"no sum of one term per row: a numpyro\.factor of a function"):
+        prepare_release(averaged, draws, ["x", "y"])
     with pytest.raises(br.ReconError, match="'y' takes the rows together as one event"):
         prepare_release(one_event, draws, ["x", "y"])
 
@@ -747,3 +748,40 @@ def test_a_count_read_in_the_models_own_code_weighs_as_the_same_count_observed()
         prepare_release(logged_in_code, draws, ["x", "y"], support=count)
     covariate = {"x": constraints.nonnegative_integer}  # finite between the counts: kept smooth
     assert prepare_release(observed, draws, ["x", "y"], support=covariate).weighted_model.counted == ()
+
+
+def test_a_factor_of_a_sum_over_the_rows_weighs_as_the_rows_observed():
+    """Stan's vectorised ``target += normal_lpdf(y | a + b * x, 1)``, written as one ``numpyro.factor`` of
+    the rows' sum: its value is the sum of its value on each row alone, so each row's term is that, and the
+    per-row log-likelihood, the weighted log density and its derivatives in θ and in the pseudo-data are
+    those of the same rows observed in a plate. A factor beside the plate keeps its per-row sites' terms."""
+
+    def plated(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.StudentT(4.0, a + b * x, 1.0), obs=y)
+            numpyro.sample("x", dist.Normal(0.0, 2.0), obs=x)
+
+    def vectorised(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        numpyro.factor("target", dist.StudentT(4.0, a + b * x, 1.0).log_prob(y).sum())
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("x", dist.Normal(0.0, 2.0), obs=x)
+
+    rng = np.random.default_rng(0)
+    draws = {"a": rng.normal(0.5, 0.1, 100), "b": rng.normal(0.3, 0.1, 100)}
+    plain = prepare_release(plated, draws, ["x", "y"]).weighted_model
+    summed = prepare_release(vectorised, draws, ["x", "y"]).weighted_model
+    assert plain.summed == frozenset() and summed.summed == {"target"} and not summed.prior_sites
+    data = {"x": jnp.array([-1.0, 0.2, 1.5, 0.7]), "y": jnp.array([0.0, 0.3, 2.25, 7.0])}
+    theta, weights = jnp.array([0.4, 0.2]), jnp.array([1.0, 2.5, 0.5, 3.0])
+    np.testing.assert_allclose(summed.loglik_per_point(theta, data), plain.loglik_per_point(theta, data))
+    for derivative in (jax.grad, jax.hessian):
+        for argument in (0, 1):
+            ours, theirs = (
+                derivative(lambda t, d, w=w: w.log_density(t, d, weights), argnums=argument)(theta, data)
+                for w in (summed, plain)
+            )
+            jax.tree_util.tree_map(np.testing.assert_allclose, ours, theirs)
