@@ -27,7 +27,13 @@ from numpyro.infer.util import unconstrain_fn
 from bayes_recon import pseudo
 from bayes_recon.draws import as_draws, chains_flattened, check_draws, spread_rows
 from bayes_recon.precision import attack_numerics
-from bayes_recon.supports import check_covariates, column_supports, constraint_named, counted_columns
+from bayes_recon.supports import (
+    check_covariates,
+    column_supports,
+    constraint_named,
+    counted_columns,
+    whole_numbers,
+)
 from bayes_recon.weighting import WeightedModel
 from recon_core.errors import ReconError
 
@@ -97,7 +103,7 @@ def prepare_release(
             "fixed in the draws tells it nothing. Pass such a value as fixed data, not as a sampled site."
         )
     probe_draws = theta[spread_rows(len(theta), 4)]
-    summed = summed_sites(weighted, layout, probe_draws)
+    summed = summed_sites(weighted, layout, support, probe_draws)
     weighted = dataclasses.replace(weighted, prior_sites=weighted.prior_sites - summed, summed=summed)
     check_rows_observed(weighted, layout)
     weighted = dataclasses.replace(weighted, counted=counted_columns(weighted, layout, support, probe_draws))
@@ -437,9 +443,12 @@ def check_rows_observed(weighted: WeightedModel, layout: pseudo.Layout) -> None:
     _, observed = traced_sites(weighted.model, layout, weighted.fixed, 3)
     if observed <= weighted.prior_sites:
         raise ReconError(
-            f"{_NO_ROWS_OBSERVED} (its observed site(s) {sorted(observed)} take no row of their own and are "
-            "no sum of one term per row: a numpyro.factor of a function of all rows together cannot be "
-            "weighed row by row, give the factor one term per row inside the plate)"
+            "no observed site of the model takes the rows one by one: its observed site(s) "
+            f"{sorted(observed)} take no row of their own and are no sum of one term per row (a "
+            "numpyro.factor of the rows' mean, of their sum plus a term of the parameters, or a "
+            "count's log-probability at values it cannot take). Give the factor one term per row "
+            "inside a numpyro.plate over the rows, or make it the rows' sum alone, with a term of the "
+            "parameters in a factor of its own."
         )
 
 
@@ -464,17 +473,21 @@ def latent_shapes(
 def prior_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> frozenset[str]:
     """Observed sites whose log-probability's shape does not follow the number of rows: terms of the
     prior, not of the rows' likelihood (a ``numpyro.factor`` of the parameters alone, an observation of
-    fixed data). :func:`check_rows_exchangeable` refuses one that changes with the rows' values or number."""
+    fixed data). :func:`summed_sites` takes out those that sum a term per row; :func:`check_rows_observed`
+    and :func:`check_rows_exchangeable` refuse any other that changes with the rows' values or number."""
     (three, observed), (four, _) = (traced_sites(model, layout, fixed, n) for n in (3, 4))
     return frozenset(_rowless(three, four, observed))
 
 
-def summed_sites(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarray) -> frozenset[str]:
+def summed_sites(
+    weighted: WeightedModel, layout: pseudo.Layout, given: Mapping[str, Constraint], theta: np.ndarray
+) -> frozenset[str]:
     """The :attr:`~bayes_recon.weighting.WeightedModel.prior_sites` that are the sum of one term per row (a
     ``numpyro.factor`` of ``dist.Normal(mu, sigma).log_prob(y).sum()``, Stan's vectorised ``target +=``): at
-    the draws ``theta``, their value changes with the rows, and on 5 and on 4 rows of probe data it is the
-    sum of their values on each row alone. Any other that changes with the rows is refused by
-    :func:`check_rows_exchangeable`."""
+    the draws ``theta``, their value is finite and changes with the rows, and on 5 and on 4 rows of probe
+    data it is the sum of their values on each row alone. The columns ``given`` a count's support are
+    probed at whole numbers (a count the factor's own code validates is −∞ between them). Any other that
+    changes with the rows is refused (:func:`check_rows_observed`, :func:`check_rows_exchangeable`)."""
 
     def value(name: str, data: Mapping[str, Array]) -> np.ndarray:
         alone = dataclasses.replace(weighted, prior_sites=frozenset({name}))
@@ -484,12 +497,24 @@ def summed_sites(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarr
         rows = len(next(iter(data.values())))
         return sum(value(name, {k: v[j : j + 1] for k, v in data.items()}) for j in range(rows))
 
-    five, other, four = layout.probe(3, 5), layout.probe(4, 5), layout.probe(5, 4)
+    counts = [
+        k
+        for k, c in given.items()
+        if isinstance(c, constraints._IntegerGreaterThan | constraints._IntegerInterval)
+    ]
+
+    def probe(seed: int, rows: int) -> dict[str, Array]:
+        data = layout.probe(seed, rows)
+        return {k: whole_numbers(v, *_count_bounds(given[k])) if k in counts else v for k, v in data.items()}
+
+    five, other, four = probe(3, 5), probe(4, 5), probe(5, 4)
     found = set()
     for name in sorted(weighted.prior_sites):
         try:
             at = [value(name, data) for data in (five, other, four)]
-            if all(np.allclose(a, at[0], rtol=1e-6, equal_nan=True) for a in at[1:]):
+            if not all(np.isfinite(a).all() for a in at):
+                continue  # refused as it is, with the other checks' reasons
+            if all(np.allclose(a, at[0], rtol=1e-6) for a in at[1:]):
                 continue  # a term of the prior
             additive = all(
                 np.allclose(at[i], by_rows(name, data), rtol=1e-6, atol=1e-8)
@@ -500,6 +525,13 @@ def summed_sites(weighted: WeightedModel, layout: pseudo.Layout, theta: np.ndarr
         if additive:
             found.add(name)
     return frozenset(found)
+
+
+def _count_bounds(support: Constraint) -> tuple[float, float]:
+    """A count support's lowest and highest values (``inf`` where unbounded above)."""
+    low = pseudo.common_bound(getattr(support, "lower_bound", 0.0))
+    high = pseudo.common_bound(getattr(support, "upper_bound", np.inf))
+    return (0.0 if low is None else low), (np.inf if high is None else high + 1)
 
 
 def _rowless(three: Mapping[str, Any], four: Mapping[str, Any], observed: set[str]) -> set[str]:
@@ -599,9 +631,10 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
             if not all(np.allclose(a, at[0], rtol=1e-6, equal_nan=True) for a in at[1:]):
                 raise ReconError(
                     f"the observed site(s) {sorted(weighted.prior_sites)} take no row of their own but "
-                    "change with the data or its number of rows (a numpyro.factor of a sum over all "
-                    "rows, or of N times a term): the attack weighs rows one by one, so give such a term "
-                    "one entry per row inside the numpyro.plate over the rows."
+                    "change with the data or its number of rows, and are no sum of one term per row (a "
+                    "numpyro.factor of the rows' mean, or of their sum plus a term of the parameters): "
+                    "the attack weighs rows one by one, so give such a term one entry per row inside the "
+                    "numpyro.plate over the rows, or put a term of the parameters in a factor of its own."
                 )
         loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
         before, after, beside = (
@@ -613,8 +646,7 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
         raise ReconError(
             f"the model cannot be evaluated row by row on 5 rows of pseudo-data ({err!r}); its "
             "likelihood must be a sum of one term per data row, each row's term inside a "
-            "numpyro.plate over the rows (a numpyro.factor of a sum over all rows, for one, cannot be "
-            "weighed row by row: give the factor one term per row inside the plate). A per-row "
+            "numpyro.plate over the rows, or one numpyro.factor of their sum. A per-row "
             "parameter sized by a fixed argument (eight_schools with J fixed) is out of this attack's "
             "scope."
         ) from err

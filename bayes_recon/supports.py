@@ -229,7 +229,7 @@ def counted_columns(
     return tuple(found)
 
 
-def _whole(spread: jax.Array, lowest: float = 0.0, highest: float = np.inf) -> jax.Array:
+def whole_numbers(spread: jax.Array, lowest: float = 0.0, highest: float = np.inf) -> jax.Array:
     """Small whole numbers from ``lowest`` (0 where unbounded below), spread as the probe's coordinates,
     below ``highest``."""
     start = lowest if np.isfinite(lowest) else 0.0
@@ -263,8 +263,8 @@ def _finite_probe(
 def _counts_only(finite: Callable[..., list[bool]], column: str, lowest: float, highest: float) -> bool:
     """Whether ``column``'s log-likelihood is finite at whole numbers from ``lowest`` and not halfway
     between them (:func:`_finite_probe`): a count the model's own code validates."""
-    whole = finite(column, lambda w: _whole(w, lowest, highest))
-    between = finite(column, lambda w: _whole(w, lowest, highest) + 0.5)
+    whole = finite(column, lambda w: whole_numbers(w, lowest, highest))
+    between = finite(column, lambda w: whole_numbers(w, lowest, highest) + 0.5)
     return any(at and not half for at, half in zip(whole, between, strict=True))
 
 

@@ -8,7 +8,9 @@ mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), i
 between the integers (:func:`between_counts`), and smooths the kink of an
 (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
 The log density is taken in NumPyro's unconstrained space, flattened to a vector, so that divergences are
-plain functions of ``(vector, pseudo-data, weights)``.
+plain functions of ``(vector, pseudo-data, weights)``. Where the rows' terms are not sites of their own (a
+count the model's own code reads, :meth:`WeightedModel.at_counts`; a factor of the rows' sum,
+:attr:`WeightedModel.summed`), it is the prior's plus the weighted rows' terms instead.
 """
 
 from __future__ import annotations
@@ -363,9 +365,10 @@ class WeightedModel:
 
     @property
     def copies(self) -> int:
-        """Rows the model is evaluated on per pseudo-point: 2^k for k :attr:`counted` columns (the memory
-        budgets count them)."""
-        return 2 ** len(self.counted)
+        """Rows the model is evaluated on per pseudo-point: 2^k for k :attr:`counted` columns, twice that
+        with :attr:`summed` sites (a trace of each row alone beside the rows'; the memory budgets count
+        them)."""
+        return 2 ** len(self.counted) * (2 if self.summed else 1)
 
     def at_counts(self, data: Mapping[str, Array]) -> tuple[dict[str, Array], Array | None]:
         """The rows with each :attr:`counted` column at the two counts around its value, ⌊y⌋ and ⌊y⌋ + 1

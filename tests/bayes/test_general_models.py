@@ -507,7 +507,7 @@ def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
     draws = {"b": np.random.default_rng(0).normal(size=50)}
     with pytest.raises(br.ReconError, match="a row's log-likelihood depends on the other rows"):
         prepare_release(standardised, draws, ["x", "y"])
-    with pytest.raises(br.ReconError, match=r"no sum of one term per row: a numpyro\.factor of a function"):
+    with pytest.raises(br.ReconError, match=r"takes the rows one by one.*numpyro\.factor of the rows' mean"):
         prepare_release(averaged, draws, ["x", "y"])
     with pytest.raises(br.ReconError, match="'y' takes the rows together as one event"):
         prepare_release(one_event, draws, ["x", "y"])
@@ -754,7 +754,9 @@ def test_a_factor_of_a_sum_over_the_rows_weighs_as_the_rows_observed():
     """Stan's vectorised ``target += normal_lpdf(y | a + b * x, 1)``, written as one ``numpyro.factor`` of
     the rows' sum: its value is the sum of its value on each row alone, so each row's term is that, and the
     per-row log-likelihood, the weighted log density and its derivatives in θ and in the pseudo-data are
-    those of the same rows observed in a plate. A factor beside the plate keeps its per-row sites' terms."""
+    those of the same rows observed in a plate. A factor beside the plate keeps its per-row sites' terms.
+    A count the factor validates (Stan's ``poisson_log_lpmf``), declared a count, is probed at whole
+    numbers and interpolated between them, as the same count observed."""
 
     def plated(x, y=None):
         a = numpyro.sample("a", dist.Normal(0, 5))
@@ -785,3 +787,16 @@ def test_a_factor_of_a_sum_over_the_rows_weighs_as_the_rows_observed():
                 for w in (summed, plain)
             )
             jax.tree_util.tree_map(np.testing.assert_allclose, ours, theirs)
+
+    def counts_vectorised(
+        x, y=None
+    ):  # target += poisson_log_lpmf(y | a + b * x): a count the factor validates
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        numpyro.factor("target", dist.Poisson(jnp.exp(a + b * x)).log_prob(y).sum())
+
+    count = {"y": constraints.nonnegative_integer}
+    counted = prepare_release(counts_vectorised, draws, ["x", "y"], support=count).weighted_model
+    assert counted.summed == {"target"} and counted.counted == (("y", 0.0, np.inf),)
+    observed = prepare_release(poisson_regression, draws, ["x", "y"]).weighted_model
+    np.testing.assert_allclose(counted.loglik_per_point(theta, data), observed.loglik_per_point(theta, data))
