@@ -31,6 +31,7 @@ from bayes_recon.supports import (
     check_covariates,
     column_supports,
     constraint_named,
+    count_bounds,
     counted_columns,
     whole_numbers,
 )
@@ -497,15 +498,14 @@ def summed_sites(
         rows = len(next(iter(data.values())))
         return sum(value(name, {k: v[j : j + 1] for k, v in data.items()}) for j in range(rows))
 
-    counts = [
-        k
-        for k, c in given.items()
-        if isinstance(c, constraints._IntegerGreaterThan | constraints._IntegerInterval)
-    ]
+    counts = {k: bounds for k, c in given.items() if (bounds := count_bounds(c)) is not None}
 
     def probe(seed: int, rows: int) -> dict[str, Array]:
         data = layout.probe(seed, rows)
-        return {k: whole_numbers(v, *_count_bounds(given[k])) if k in counts else v for k, v in data.items()}
+        # whole numbers up to the highest count, included
+        return {
+            k: whole_numbers(v, counts[k][0], counts[k][1] + 1) if k in counts else v for k, v in data.items()
+        }
 
     five, other, four = probe(3, 5), probe(4, 5), probe(5, 4)
     found = set()
@@ -525,13 +525,6 @@ def summed_sites(
         if additive:
             found.add(name)
     return frozenset(found)
-
-
-def _count_bounds(support: Constraint) -> tuple[float, float]:
-    """A count support's lowest and highest values (``inf`` where unbounded above)."""
-    low = pseudo.common_bound(getattr(support, "lower_bound", 0.0))
-    high = pseudo.common_bound(getattr(support, "upper_bound", np.inf))
-    return (0.0 if low is None else low), (np.inf if high is None else high + 1)
 
 
 def _rowless(three: Mapping[str, Any], four: Mapping[str, Any], observed: set[str]) -> set[str]:

@@ -216,17 +216,22 @@ def counted_columns(
     finite = _finite_probe(weighted, layout, theta)
     found = []
     for column, support in given.items():
-        counts = isinstance(support, constraints._IntegerGreaterThan | constraints._IntegerInterval)
-        relaxed_to = layout.support(column)
-        if not counts or column in observed or layout.shapes[column] or pseudo.is_discrete(relaxed_to):
+        bounds = count_bounds(support)
+        if bounds is None or column in observed or layout.shapes[column]:
             continue
-        lowest, highest = (
-            float(pseudo.common_bound(getattr(relaxed_to, bound, default)))
-            for bound, default in (("lower_bound", -np.inf), ("upper_bound", np.inf))
-        )
-        if _counts_only(finite, column, lowest, highest):
-            found.append((column, lowest, highest))
+        if not pseudo.is_discrete(layout.support(column)) and _counts_only(finite, column, *bounds):
+            found.append((column, *bounds))
     return tuple(found)
+
+
+def count_bounds(support: Constraint) -> tuple[float, float] | None:
+    """A count's support's lowest and highest count (``inf`` where unbounded above); None for any other
+    support."""
+    if isinstance(support, constraints._IntegerInterval):
+        return float(support.lower_bound), float(support.upper_bound)
+    if isinstance(support, constraints._IntegerGreaterThan):
+        return float(support.lower_bound), np.inf
+    return None
 
 
 def whole_numbers(spread: jax.Array, lowest: float = 0.0, highest: float = np.inf) -> jax.Array:

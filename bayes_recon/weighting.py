@@ -437,27 +437,25 @@ class WeightedModel:
         relaxed = relax_support(handlers.substitute(self.model, dict(params)), bandwidths)
         return handlers.trace(relaxed).get_trace(**self._kwargs(data))
 
-    def _likelihood_sites(
-        self, theta: Array, rows: Mapping[str, Array], bandwidths: Bandwidths | None = None
-    ) -> list[dict[str, Any]]:
-        """The likelihood sites with a term per row of the trace on ``rows`` (the copies of
-        :meth:`at_counts`): not the :attr:`summed` ones."""
-        trace = self._trace(theta, rows, bandwidths)
+    def _row_sites(self, trace: dict[str, Any]) -> list[dict[str, Any]]:
+        """The likelihood sites of ``trace`` with a term per row: not the :attr:`summed` ones."""
         return [site for site in trace.values() if _is_likelihood(site, self.prior_sites | self.summed)]
 
-    def _row_terms(self, trace_on: Callable[..., dict[str, Any]], rows: Mapping[str, Array]) -> Array:
-        """Every row's log-likelihood from ``trace_on(rows, bandwidths)``: its sites with a term per row,
-        and each :attr:`summed` site on that row alone (a trace per row, without bandwidths)."""
-        sites = [
-            site for site in trace_on(rows).values() if _is_likelihood(site, self.prior_sites | self.summed)
-        ]
-        terms = _per_point(sites, rows)
+    def _row_terms(
+        self,
+        trace: dict[str, Any],
+        rows: Mapping[str, Array],
+        trace_alone: Callable[[Mapping[str, Array]], Any],
+    ) -> Array:
+        """Every row's log-likelihood from ``trace``, the model's trace on ``rows``: its sites with a term
+        per row, and each :attr:`summed` site on that row alone (``trace_alone(row)``, without bandwidths)."""
+        terms = _per_point(self._row_sites(trace), rows)
         if not self.summed:
             return terms
 
         def alone(row: Mapping[str, Array]) -> Array:
-            trace = trace_on(row, None)
-            return sum(jnp.sum(trace[k]["fn"].log_prob(trace[k]["value"])) for k in self.summed)
+            single = trace_alone(row)
+            return sum(jnp.sum(single[k]["fn"].log_prob(single[k]["value"])) for k in self.summed)
 
         return terms + jax.vmap(alone)({k: v[:, None] for k, v in rows.items()})
 
@@ -480,36 +478,29 @@ class WeightedModel:
         """log p(x_j | θ) for every point j (summed over the likelihood sites), θ unconstrained flat (kinks
         smoothed by ``bandwidths``, if given)."""
         copies, shares = self.at_counts(data)
-
-        def trace_on(rows: Mapping[str, Array], smoothed: Bandwidths | None = bandwidths) -> dict[str, Any]:
-            return self._trace(theta, rows, smoothed)
-
-        return self._per_row(self._row_terms(trace_on, copies), shares)
+        trace = self._trace(theta, copies, bandwidths)
+        terms = self._row_terms(trace, copies, lambda row: self._trace(theta, row))
+        return self._per_row(terms, shares)
 
     def constrained_terms(self, params: Mapping[str, Array], data: Mapping[str, Array]) -> Array:
         """At the latent sites' constrained values ``params``: the prior's log density there (no Jacobian of
         NumPyro's unconstraining) and log p(x_j | θ) for every point j, (M + 1,)."""
         copies, shares = self.at_counts(data)
-
-        def trace_on(rows: Mapping[str, Array], smoothed: Bandwidths | None = None) -> dict[str, Any]:
-            return self._trace_constrained(params, rows, smoothed)
-
+        trace = self._trace_constrained(params, copies)
         prior = [
             jnp.sum(site["fn"].log_prob(site["value"]))
-            for site in trace_on(copies).values()
+            for site in trace.values()
             if site["type"] == "sample" and not _is_likelihood(site, self.prior_sites)
         ]
-        rows = self._per_row(self._row_terms(trace_on, copies), shares)
-        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], rows])
+        terms = self._row_terms(trace, copies, lambda row: self._trace_constrained(params, row))
+        return jnp.concatenate([sum(prior, jnp.zeros(()))[None], self._per_row(terms, shares)])
 
     def kink_residuals(self, theta: Array, data: Mapping[str, Array]) -> dict[str, Array]:
         """The standardised residual (:func:`kink_residual`) of every likelihood site with a kink (Laplace,
         asymmetric Laplace), each the site's batch shape on the rows' copies (:meth:`at_counts`), θ
         unconstrained flat; empty without such sites."""
-        sites = [
-            (site, kinked_within(site["fn"]))
-            for site in self._likelihood_sites(theta, self.at_counts(data)[0])
-        ]
+        trace = self._trace(theta, self.at_counts(data)[0])
+        sites = [(site, kinked_within(site["fn"])) for site in self._row_sites(trace)]
         return {site["name"]: kink_residual(fn, site["value"]) for site, fn in sites if fn is not None}
 
     def point_scores(
