@@ -18,10 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
-from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import unconstrain_fn
 
 from bayes_recon import pseudo
@@ -35,7 +33,7 @@ from bayes_recon.supports import (
     counted_columns,
     whole_numbers,
 )
-from bayes_recon.weighting import WeightedModel
+from bayes_recon.weighting import WeightedModel, probe_trace
 from recon_core.errors import ReconError
 
 Array = jax.Array
@@ -179,9 +177,7 @@ def traced_sites(
     observed: set[str] = set()
 
     def site_values() -> dict[str, Any]:
-        tr = handlers.trace(
-            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-        ).get_trace(**fixed, **data)
+        tr = probe_trace(model, {**fixed, **data})
         sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
         observed.update(k for k, s in sites.items() if s["is_observed"])
         # a likelihood that cannot take these rows fails here, not at the first step
@@ -447,9 +443,11 @@ def check_rows_observed(weighted: WeightedModel, layout: pseudo.Layout) -> None:
             "no observed site of the model takes the rows one by one: its observed site(s) "
             f"{sorted(observed)} take no row of their own and are no sum of one term per row (a "
             "numpyro.factor of the rows' mean, of their sum plus a term of the parameters, or a "
-            "count's log-probability at values it cannot take). Give the factor one term per row "
-            "inside a numpyro.plate over the rows, or make it the rows' sum alone, with a term of the "
-            "parameters in a factor of its own."
+            "count's log-probability at values it cannot take; or a distribution that couples the "
+            "rows, as a Gaussian process's MultivariateNormal over them, which is beyond this attack: "
+            "it weighs rows that are independent given the parameters). Give a factor one term per "
+            "row inside a numpyro.plate over the rows, or make it the rows' sum alone, with a term of "
+            "the parameters in a factor of its own."
         )
 
 
@@ -673,9 +671,7 @@ def check_data_support(
         where = f"the support given for it, {_named(support)},"
         _inside(support, columns[name], f"the data column {name!r}", where)
     try:
-        trace = handlers.trace(
-            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-        ).get_trace(**fixed, **{k: jnp.asarray(v) for k, v in columns.items()})
+        trace = probe_trace(model, {**fixed, **{k: jnp.asarray(v) for k, v in columns.items()}})
     except Exception as err:  # the user's model on the user's data
         raise ReconError(
             f"the model failed on the data ({type(err).__name__}: {err}); check that the data holds the "

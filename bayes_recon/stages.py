@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
-from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn
 
 from bayes_recon import pseudo
@@ -29,7 +28,7 @@ from bayes_recon.information import fit_information, released_information
 from bayes_recon.objective import VALUE_BUDGET, Objectives, value_size
 from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
 from bayes_recon.quantile import moment_quantile, preimage, quantile
-from bayes_recon.weighting import WeightedModel
+from bayes_recon.weighting import WeightedModel, probe_trace
 
 if TYPE_CHECKING:  # reconstruct imports this module; the config is only read here
     from bayes_recon.reconstruct import ReconConfig
@@ -58,9 +57,7 @@ def observed_values(
 
     @jax.jit  # one compilation instead of one per operation of the model
     def values(data: Mapping[str, Array]) -> dict[str, Array]:
-        trace = handlers.trace(
-            handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-        ).get_trace(**fixed, **data)
+        trace = probe_trace(model, {**fixed, **data})
         return {name: site["value"] for name, site in trace.items() if site.get("is_observed")}
 
     return values

@@ -30,14 +30,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.constraints import Constraint
 from numpyro.distributions.transforms import biject_to
-from numpyro.infer.initialization import init_to_uniform
 
 from bayes_recon import pseudo
-from bayes_recon.weighting import WeightedModel
+from bayes_recon.weighting import WeightedModel, probe_trace
 from recon_core.errors import ReconError
 
 # constraints with parameters, by name as support={"x": "interval(0, 200)"} or --support x=interval(0,200)
@@ -91,9 +89,7 @@ def observed_columns(
     probe = {k: np.asarray(v) for k, v in layout.probe(1, 3).items()}
     try:  # NumPyro validates by default: relaxed counts as a binomial's trials fail it, the attack's do not
         with numpyro.validation_enabled(False):
-            trace = handlers.trace(
-                handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
-            ).get_trace(**fixed, **{k: jnp.asarray(v) for k, v in probe.items()})
+            trace = probe_trace(model, {**fixed, **{k: jnp.asarray(v) for k, v in probe.items()}})
     except Exception:  # the model needs values on a support first: latent_shapes reports it
         return {}
     found = {}
@@ -183,12 +179,6 @@ def column_supports(
     # counts given as counts take the model's own relaxation
     supports = {column: parametrised(column, support, "support= says") for column, support in given.items()}
     for column, support in observed_columns(model, shapes, fixed, supports).items():
-        if column not in given and support.event_dim > len(shapes[column]):
-            raise ReconError(
-                f"the observed site of {column!r} takes the rows together as one event (.to_event(1), "
-                "or a multivariate distribution over the rows), so the attack cannot weigh them one by "
-                "one. Put the rows in a numpyro.plate and give each row its own term."
-            )
         if column not in given:
             supports[column] = parametrised(column, support, "the response")
         elif outside := values_outside(given[column], support):

@@ -37,6 +37,7 @@ from numpyro.distributions import (
     MaskedDistribution,
     constraints,
 )
+from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 from numpyro.primitives import Messenger
 
@@ -75,6 +76,33 @@ class weight_likelihood(Messenger):
             msg["scale"] = w if msg["scale"] is None else msg["scale"] * w
 
 
+def rows_batched(fn: Any, value: Any) -> Any:
+    """An observed distribution whose one event is its whole value (``.to_event(1)`` over the rows in place
+    of a plate; ``.to_event(2)`` over rows of vectors) with its leading event dimension, the rows', given
+    back to the batch: each row's term is then the batch's, as in a plate. Any other as it is; a
+    multivariate distribution over the rows (a Gaussian process's) has no terms to give back."""
+    if isinstance(fn, Independent) and fn.batch_shape == () and 1 <= jnp.ndim(value) == len(fn.event_shape):
+        kept = fn.reinterpreted_batch_ndims - 1
+        return fn.base_dist.to_event(kept) if kept else fn.base_dist
+    return fn
+
+
+class rows_in_batch(Messenger):
+    """Give an observed event over the rows back to the batch (:func:`rows_batched`), so that every check
+    and every weighting sees one term per row, however the model sums them."""
+
+    def process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "sample" and msg["is_observed"]:
+            msg["fn"] = rows_batched(msg["fn"], msg["value"])
+
+
+def probe_trace(model: Callable, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's trace on ``kwargs``, its latent sites at NumPyro's uniform initial values and its rows in
+    the batch (:class:`rows_in_batch`): what the checks read the model's sites from."""
+    initial = handlers.substitute(handlers.seed(model, 0), substitute_fn=init_to_uniform)
+    return handlers.trace(rows_in_batch(initial)).get_trace(**kwargs)
+
+
 class relax_support(Messenger):
     """Evaluate observed sites' log-probabilities without the support mask, counts between the integers.
 
@@ -84,7 +112,7 @@ class relax_support(Messenger):
     (:func:`bayes_recon.supports.column_supports`), and a count's log-probability is interpolated
     between the integers (:func:`between_counts`), where it is the model's own (a negative binomial's
     by the formula of :class:`_GammaPoissonByLgamma`); a rate's or a probability's formula is
-    evaluated as it is.
+    evaluated as it is. An event over the rows is given back to the batch (:func:`rows_batched`).
     A kinked site (Laplace, asymmetric Laplace) named in ``bandwidths`` gets its kink smoothed by that
     bandwidth (:class:`_SmoothedLaplace`, :class:`_SmoothedAsymmetricLaplace`).
     The user's distribution is not modified: the site gets an unvalidated copy.
@@ -96,7 +124,7 @@ class relax_support(Messenger):
 
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["is_observed"]:
-            msg["fn"] = between_counts(unvalidated(msg["fn"]))
+            msg["fn"] = between_counts(unvalidated(rows_batched(msg["fn"], msg["value"])))
             if msg["name"] in self.bandwidths:
                 msg["fn"] = _smoothed(msg["fn"], self.bandwidths[msg["name"]])
 

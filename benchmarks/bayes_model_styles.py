@@ -3,7 +3,8 @@
 The synthetic suite (``bayes_general.py``) writes every family one way. A user's model differs in how it
 is written more than in its family: a design matrix named in a list and counted with ``X.shape[-1]``
 (with its column of ones among the free columns, or not),
-Stan's ``N`` passed as data, no plate, a ``numpyro.factor`` per row (and a prior as a factor), one factor
+Stan's ``N`` passed as data, no plate (a batch of rows, or the rows as one event, ``.to_event(1)``), a
+``numpyro.factor`` per row (and a prior as a factor), one factor
 of the rows' sum (Stan's vectorised ``target +=``), trials
 given per row (the same on every row, or varying), a Student-t whose degrees of freedom are sampled, a
 mixture without covariates, several classes, two responses per row (apart, or correlated in one
@@ -217,6 +218,13 @@ def laplace_deterministic(x, y=None):  # a deterministic site inside the plate, 
     with numpyro.plate("rows", x.shape[0]):
         mu = numpyro.deterministic("mu", a + b * x)
         numpyro.sample("y", dist.Laplace(mu, s), obs=y)
+
+
+def laplace_one_event(x, y=None):  # the rows as one event of the observed site, no plate
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 10))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    numpyro.sample("y", dist.Laplace(a + b * x, s).to_event(1), obs=y)
 
 
 def beta_mean_precision(x, y=None):  # a proportion's regression: mean by a logit, a precision
@@ -576,6 +584,7 @@ CASES = (
         support={"g": constraints.integer_interval(0, 7)},
     ),
     Case("laplace-deterministic", laplace_deterministic, _laplace, ["x", "y"]),
+    Case("laplace-one-event", laplace_one_event, _laplace, ["x", "y"]),
     Case("beta-mean-precision", beta_mean_precision, _proportions, ["x", "y"]),
     Case("weibull-times", weibull_times, _times, ["x", "y"]),
     Case(

@@ -18,7 +18,7 @@ import bayes_recon as br
 from bayes_recon import pseudo
 from bayes_recon.cli import describe_units
 from bayes_recon.identifiability import identifiable_statistics
-from bayes_recon.modelcheck import prepare_release, rows_as_units
+from bayes_recon.modelcheck import check_data_support, prepare_release, rows_as_units
 from bayes_recon.supports import column_supports
 from bayes_recon.weighting import WeightedModel
 
@@ -488,8 +488,10 @@ def test_a_group_index_needs_its_discrete_support_and_says_so():
 def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
     """Rows standardised by the data's own mean and sd, a factor of the mean over all rows (of a sum over
     them, :func:`test_a_factor_of_a_sum_over_the_rows_weighs_as_the_rows_observed`, the attack weighs), and
-    the rows as one event: each refused up front, saying why (the first once passed the row checks and was
-    blamed on y's support, by accident of a constant pseudo-column)."""
+    a distribution that couples the rows (a Gaussian process's; the rows as one event of independent terms,
+    :func:`test_an_event_over_the_rows_weighs_as_the_rows_in_a_plate`, it weighs): each refused up front,
+    saying why (the first once passed the row checks and was blamed on y's support, by accident of a
+    constant pseudo-column)."""
 
     def standardised(x, y=None):
         b = numpyro.sample("b", dist.Normal(0, 1))
@@ -500,17 +502,18 @@ def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
         b = numpyro.sample("b", dist.Normal(0, 1))
         numpyro.factor("loglik", jnp.mean(dist.Normal(b * x, 1.0).log_prob(y)))
 
-    def one_event(x, y=None):
+    def coupled(x, y=None):  # a Gaussian process over the rows
         b = numpyro.sample("b", dist.Normal(0, 1))
-        numpyro.sample("y", dist.Normal(b * x, 1.0).to_event(1), obs=y)
+        cov = jnp.exp(-0.5 * (x[:, None] - x[None, :]) ** 2) + jnp.eye(x.shape[0])
+        numpyro.sample("y", dist.MultivariateNormal(b * x, cov), obs=y)
 
     draws = {"b": np.random.default_rng(0).normal(size=50)}
     with pytest.raises(br.ReconError, match="a row's log-likelihood depends on the other rows"):
         prepare_release(standardised, draws, ["x", "y"])
     with pytest.raises(br.ReconError, match=r"takes the rows one by one.*numpyro\.factor of the rows' mean"):
         prepare_release(averaged, draws, ["x", "y"])
-    with pytest.raises(br.ReconError, match="'y' takes the rows together as one event"):
-        prepare_release(one_event, draws, ["x", "y"])
+    with pytest.raises(br.ReconError, match=r"\['y'\] take no row.*couples the rows"):
+        prepare_release(coupled, draws, ["x", "y"])
 
 
 def test_a_covariate_off_its_support_is_named_with_the_fix():
@@ -800,3 +803,61 @@ def test_a_factor_of_a_sum_over_the_rows_weighs_as_the_rows_observed():
     assert counted.summed == {"target"} and counted.counted == (("y", 0.0, np.inf),)
     observed = prepare_release(poisson_regression, draws, ["x", "y"]).weighted_model
     np.testing.assert_allclose(counted.loglik_per_point(theta, data), observed.loglik_per_point(theta, data))
+
+
+def test_an_event_over_the_rows_weighs_as_the_rows_in_a_plate():
+    """``dist.Laplace(a + b * x, s).to_event(1)`` observed with no plate is the sum of the rows' terms: the
+    attack gives the rows back to the batch, so each row's term, the kink's residuals, the weighted log
+    density with the kink smoothed and its derivatives in θ and in the pseudo-data are those of the plate
+    (through the summed factors' path, the kink went unsmoothed and the self-check rejected the result).
+    A count's event over the rows takes the count's support from the model, and a count off it in the data
+    is named by its row."""
+
+    def plated(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Laplace(a + b * x, 1.5), obs=y)
+
+    def one_event(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        numpyro.sample("y", dist.Laplace(a + b * x, 1.5).to_event(1), obs=y)
+
+    rng = np.random.default_rng(0)
+    draws = {"a": rng.normal(0.5, 0.1, 100), "b": rng.normal(0.3, 0.1, 100)}
+    plain, evented = (prepare_release(m, draws, ["x", "y"]).weighted_model for m in (plated, one_event))
+    assert evented.summed == frozenset() and evented.prior_sites == frozenset()
+    data = {"x": jnp.array([-1.0, 0.2, 1.5, 0.7]), "y": jnp.array([0.0, 0.3, 2.25, 7.0])}
+    theta, weights = jnp.array([0.4, 0.2]), jnp.array([1.0, 2.5, 0.5, 3.0])
+    bandwidths = {"y": jnp.array([0.1, 0.2, 0.3, 0.4])}
+    jax.tree_util.tree_map(
+        np.testing.assert_allclose, evented.kink_residuals(theta, data), plain.kink_residuals(theta, data)
+    )
+    for derivative in (lambda f, argnums: f, jax.grad, jax.hessian):
+        for argument in (0, 1):
+            ours, theirs = (
+                derivative(lambda t, d, w=w: w.log_density(t, d, weights, bandwidths), argnums=argument)(
+                    theta, data
+                )
+                for w in (evented, plain)
+            )
+            jax.tree_util.tree_map(np.testing.assert_allclose, ours, theirs)
+
+    def counts_one_event(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        numpyro.sample("y", dist.Poisson(jnp.exp(a + b * x)).to_event(1), obs=y)
+
+    counted = prepare_release(counts_one_event, draws, ["x", "y"])
+    observed = prepare_release(poisson_regression, draws, ["x", "y"])
+    assert counted.layout.supports == observed.layout.supports
+    np.testing.assert_allclose(
+        counted.weighted_model.loglik_per_point(theta, data),
+        observed.weighted_model.loglik_per_point(theta, data),
+    )
+    wrong = {"x": np.array([0.1, 0.2, 0.3]), "y": np.array([1.0, 0.0, 2.5])}
+    with pytest.raises(
+        br.ReconError, match=r"'y' has 1 value\(s\) outside .*nonnegative_integer.*row 2: 2.5"
+    ):
+        check_data_support(counts_one_event, wrong, {}, {})
