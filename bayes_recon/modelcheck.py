@@ -39,6 +39,10 @@ from recon_core.errors import ReconError
 Array = jax.Array
 Free = Sequence[str] | Mapping[str, Sequence[int] | int]
 Shapes = dict[str, tuple[int, ...]]  # per-row shapes of the free columns
+_COUPLED_ROWS = (
+    "or a distribution that couples the rows, as a Gaussian process's MultivariateNormal over them, which "
+    "is beyond this attack: it weighs rows that are independent given the parameters"
+)
 MOST_VECTOR_COLUMNS = 2  # columns named in a list tried as a vector per row at once (row_shapes_inferred)
 
 
@@ -443,9 +447,7 @@ def check_rows_observed(weighted: WeightedModel, layout: pseudo.Layout) -> None:
             "no observed site of the model takes the rows one by one: its observed site(s) "
             f"{sorted(observed)} take no row of their own and are no sum of one term per row (a "
             "numpyro.factor of the rows' mean, of their sum plus a term of the parameters, or a "
-            "count's log-probability at values it cannot take; or a distribution that couples the "
-            "rows, as a Gaussian process's MultivariateNormal over them, which is beyond this attack: "
-            "it weighs rows that are independent given the parameters). Give a factor one term per "
+            f"count's log-probability at values it cannot take; {_COUPLED_ROWS}). Give a factor one term per "
             "row inside a numpyro.plate over the rows, or make it the rows' sum alone, with a term of "
             "the parameters in a factor of its own."
         )
@@ -470,7 +472,7 @@ def latent_shapes(
 
 
 def prior_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> frozenset[str]:
-    """Observed sites whose log-probability's shape does not follow the number of rows: terms of the
+    """Observed sites whose log-probability does not lead with the rows: terms of the
     prior, not of the rows' likelihood (a ``numpyro.factor`` of the parameters alone, an observation of
     fixed data). :func:`summed_sites` takes out those that sum a term per row; :func:`check_rows_observed`
     and :func:`check_rows_exchangeable` refuse any other that changes with the rows' values or number."""
@@ -526,8 +528,11 @@ def summed_sites(
 
 
 def _rowless(three: Mapping[str, Any], four: Mapping[str, Any], observed: set[str]) -> set[str]:
-    """The observed sites whose log-probability has the same shape on 3 and 4 rows: no term per row."""
-    return {k for k in observed if three[k] == four[k]}
+    """The observed sites whose log-probability does not lead with the rows (its first dimension is not 3 on
+    3 rows and 4 on 4): a term of the prior, or the rows' terms laid out otherwise (rows of vectors
+    flattened into one event, a plate over the rows inside another), which :func:`summed_sites` weighs
+    as a sum where it is one."""
+    return {k for k in observed if three[k][:1] != (3,) or four[k][:1] != (4,)}
 
 
 def free_shapes(free: Free) -> Shapes:
@@ -623,9 +628,10 @@ def check_rows_exchangeable(weighted: WeightedModel, layout: pseudo.Layout, thet
                 raise ReconError(
                     f"the observed site(s) {sorted(weighted.prior_sites)} take no row of their own but "
                     "change with the data or its number of rows, and are no sum of one term per row (a "
-                    "numpyro.factor of the rows' mean, or of their sum plus a term of the parameters): "
-                    "the attack weighs rows one by one, so give such a term one entry per row inside the "
-                    "numpyro.plate over the rows, or put a term of the parameters in a factor of its own."
+                    "numpyro.factor of the rows' mean, or of their sum plus a term of the parameters; "
+                    f"{_COUPLED_ROWS}): the attack weighs rows one by one, so give a factor one entry per "
+                    "row inside the numpyro.plate over the rows, or put a term of the parameters in a "
+                    "factor of its own."
                 )
         loglik = jax.jit(jax.vmap(weighted.loglik_per_point, in_axes=(0, None)))
         before, after, beside = (

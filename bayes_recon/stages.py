@@ -28,7 +28,7 @@ from bayes_recon.information import fit_information, released_information
 from bayes_recon.objective import VALUE_BUDGET, Objectives, value_size
 from bayes_recon.optimise import OptimiserConfig, minimise, tree_where
 from bayes_recon.quantile import moment_quantile, preimage, quantile
-from bayes_recon.weighting import WeightedModel, probe_trace
+from bayes_recon.weighting import WeightedModel, probe_trace, rows_in_batch
 
 if TYPE_CHECKING:  # reconstruct imports this module; the config is only read here
     from bayes_recon.reconstruct import ReconConfig
@@ -147,7 +147,7 @@ def response_predictor(
     """
     found = response_coordinates(model, fixed, layout, 0)
     responses = tuple(sorted(found))
-    run = handlers.trace(handlers.seed(handlers.substitute(model, dict(params)), 0))
+    run = handlers.trace(rows_in_batch(handlers.seed(handlers.substitute(model, dict(params)), 0)))
 
     def predict(z: Array, bits: Array, noise: Array, quantile_of: Callable = quantile) -> Array:
         def site_of(z: Array, response: Response) -> Any:

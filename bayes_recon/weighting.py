@@ -3,7 +3,8 @@
 Small effects do the work: the user's data arguments are replaced by pseudo-data (plain keyword
 arguments), :class:`weight_likelihood` scales every observed site's log-probability by the
 per-point weights (all but the prior's: a ``numpyro.factor`` of the parameters alone, an observation
-of fixed data), and :class:`relax_support` evaluates those log-probabilities without NumPyro's support
+of fixed data), :class:`rows_in_batch` gives rows observed as one event (``.to_event(1)``) back to the
+batch, and :class:`relax_support` evaluates those log-probabilities without NumPyro's support
 mask (a Poisson count at 2.5 would otherwise be −∞, with a zero gradient), interpolates a count's
 between the integers (:func:`between_counts`), and smooths the kink of an
 (asymmetric) Laplace likelihood by a given bandwidth when asked (:class:`_SmoothedLaplace`).
@@ -76,24 +77,30 @@ class weight_likelihood(Messenger):
             msg["scale"] = w if msg["scale"] is None else msg["scale"] * w
 
 
-def rows_batched(fn: Any, value: Any) -> Any:
+def with_rows_in_batch(fn: Any, value: Any) -> Any:
     """An observed distribution whose one event is its whole value (``.to_event(1)`` over the rows in place
     of a plate; ``.to_event(2)`` over rows of vectors) with its leading event dimension, the rows', given
     back to the batch: each row's term is then the batch's, as in a plate. Any other as it is; a
-    multivariate distribution over the rows (a Gaussian process's) has no terms to give back."""
-    if isinstance(fn, Independent) and fn.batch_shape == () and 1 <= jnp.ndim(value) == len(fn.event_shape):
+    multivariate distribution over the rows (a Gaussian process's) has no terms to give back. A term of the
+    prior observed as one event (fixed data) changes its log-probability's shape, not its sum."""
+    if (
+        type(fn) is Independent  # a subclass of the user's keeps its own log_prob
+        and fn.reinterpreted_batch_ndims >= 1
+        and fn.batch_shape == ()
+        and jnp.ndim(value) == len(fn.event_shape)
+    ):
         kept = fn.reinterpreted_batch_ndims - 1
         return fn.base_dist.to_event(kept) if kept else fn.base_dist
     return fn
 
 
 class rows_in_batch(Messenger):
-    """Give an observed event over the rows back to the batch (:func:`rows_batched`), so that every check
-    and every weighting sees one term per row, however the model sums them."""
+    """Give an observed event over the rows back to the batch (:func:`with_rows_in_batch`), so that every
+    check and every weighting sees a ``.to_event`` over the rows as the same rows in a plate."""
 
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["is_observed"]:
-            msg["fn"] = rows_batched(msg["fn"], msg["value"])
+            msg["fn"] = with_rows_in_batch(msg["fn"], msg["value"])
 
 
 def probe_trace(model: Callable, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,7 +119,7 @@ class relax_support(Messenger):
     (:func:`bayes_recon.supports.column_supports`), and a count's log-probability is interpolated
     between the integers (:func:`between_counts`), where it is the model's own (a negative binomial's
     by the formula of :class:`_GammaPoissonByLgamma`); a rate's or a probability's formula is
-    evaluated as it is. An event over the rows is given back to the batch (:func:`rows_batched`).
+    evaluated as it is. An event over the rows is given back to the batch, as :class:`rows_in_batch` does.
     A kinked site (Laplace, asymmetric Laplace) named in ``bandwidths`` gets its kink smoothed by that
     bandwidth (:class:`_SmoothedLaplace`, :class:`_SmoothedAsymmetricLaplace`).
     The user's distribution is not modified: the site gets an unvalidated copy.
@@ -124,7 +131,7 @@ class relax_support(Messenger):
 
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["is_observed"]:
-            msg["fn"] = between_counts(unvalidated(rows_batched(msg["fn"], msg["value"])))
+            msg["fn"] = between_counts(unvalidated(with_rows_in_batch(msg["fn"], msg["value"])))
             if msg["name"] in self.bandwidths:
                 msg["fn"] = _smoothed(msg["fn"], self.bandwidths[msg["name"]])
 

@@ -515,6 +515,14 @@ def test_a_likelihood_not_one_term_per_row_is_refused_with_the_reason():
     with pytest.raises(br.ReconError, match=r"\['y'\] take no row.*couples the rows"):
         prepare_release(coupled, draws, ["x", "y"])
 
+    def coupled_beside_rows(x, y=None):
+        coupled(x, y)
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("x", dist.Normal(0.0, 1.0), obs=x)
+
+    with pytest.raises(br.ReconError, match=r"\['y'\] take no row of their own but change.*couples the rows"):
+        prepare_release(coupled_beside_rows, draws, ["x", "y"])
+
 
 def test_a_covariate_off_its_support_is_named_with_the_fix():
     def log_covariate(x, y=None):
@@ -851,6 +859,7 @@ def test_an_event_over_the_rows_weighs_as_the_rows_in_a_plate():
 
     counted = prepare_release(counts_one_event, draws, ["x", "y"])
     observed = prepare_release(poisson_regression, draws, ["x", "y"])
+    assert counted.weighted_model.summed == frozenset()
     assert counted.layout.supports == observed.layout.supports
     np.testing.assert_allclose(
         counted.weighted_model.loglik_per_point(theta, data),
@@ -861,3 +870,37 @@ def test_an_event_over_the_rows_weighs_as_the_rows_in_a_plate():
         br.ReconError, match=r"'y' has 1 value\(s\) outside .*nonnegative_integer.*row 2: 2.5"
     ):
         check_data_support(counts_one_event, wrong, {}, {})
+
+
+def test_rows_of_vectors_flattened_into_one_event_weigh_as_the_rows_in_a_plate():
+    """Two measurements per row flattened into one vector of 2N entries and observed as one event: the
+    rows are not its leading dimension, so it is no row site, but it is the sum of the rows' terms and
+    is weighed as one (:func:`test_a_factor_of_a_sum_over_the_rows_weighs_as_the_rows_observed`), as the
+    same rows in a plate; once, its rows were taken for the batch's entries and the weights failed inside
+    the attack."""
+
+    def plated(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample(
+                "y", dist.Normal((a + b * x)[:, None] + jnp.array([0.0, 1.0]), 1.5).to_event(1), obs=y
+            )
+
+    def flattened(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 5))
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        loc = ((a + b * x)[:, None] + jnp.array([0.0, 1.0])).reshape(-1)
+        numpyro.sample("y", dist.Normal(loc, 1.5).to_event(1), obs=y.reshape(-1))
+
+    rng = np.random.default_rng(0)
+    draws = {"a": rng.normal(0.5, 0.1, 100), "b": rng.normal(0.3, 0.1, 100)}
+    free = {"x": (), "y": (2,)}
+    plain, flat = (prepare_release(m, draws, free).weighted_model for m in (plated, flattened))
+    assert plain.summed == frozenset() and flat.summed == {"y"}
+    data = {"x": jnp.array([-1.0, 0.2, 1.5]), "y": jnp.array([[0.0, 0.3], [2.25, 7.0], [1.0, -1.0]])}
+    theta, weights = jnp.array([0.4, 0.2]), jnp.array([1.0, 2.5, 0.5])
+    np.testing.assert_allclose(flat.loglik_per_point(theta, data), plain.loglik_per_point(theta, data))
+    np.testing.assert_allclose(
+        flat.log_density(theta, data, weights), plain.log_density(theta, data, weights)
+    )
