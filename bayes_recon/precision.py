@@ -38,12 +38,25 @@ and its derivatives are SciPy's to rounding (JAX's own first derivative is 1.6e-
 NumPyro's distributions import ``betaln`` by name, so the swap replaces it in their modules (and in
 ``jax.scipy.special``, for a model that calls it from there); a model that imported it by name itself
 keeps JAX's.
+
+**The polygamma functions by a series** (:func:`series_derivatives`, while an entry point runs). The
+log-gamma functions of a gamma, beta, negative binomial or Student-t likelihood are differentiated three
+to four times, and each derivative past the first is JAX's ``polygamma``, a Hurwitz zeta function of
+real order lowered through powers of logarithms: 2,000,000 of them took 0.10 s on this project's 2-core
+machine. Their orders here are whole numbers, and ψ⁽ⁿ⁾ is eight steps of its recurrence and an
+asymptotic series of Bernoulli numbers (:func:`series_polygamma`): 0.005 s, SciPy's values to 1e-14
+from 1e-8 to 1e7 (JAX's to 2e-15). It is defined above −4 and NaN below, rather than wrong (a likelihood
+takes the gamma function of positive numbers; JAX's own is 0.4 % off for ψ″ at −7.5). The digamma
+function keeps its value and takes that derivative (in the programs traced while the swap is on, as
+above): the beta row of ``benchmarks/bayes_general.py`` (N = 1,000, three covariates, M = 50) went from
+121 s to 87–90 s, its mass within a tenth of its standard error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
@@ -53,8 +66,8 @@ import jax.numpy as jnp
 import jax.scipy.special
 import numpyro.distributions.conjugate
 import numpyro.distributions.continuous
-from jax._src.interpreters import mlir
-from jax._src.lax import linalg
+from jax._src.interpreters import ad, mlir
+from jax._src.lax import linalg, special
 from jax.scipy.special import betaln as jax_betaln
 from jax.scipy.special import digamma
 
@@ -154,14 +167,65 @@ analytic_log_beta.__doc__ = """NumPyro's distributions (and ``jax.scipy.special.
 :func:`log_beta` (see the module's docstring)."""
 
 
+# B_2, B_4, …, B_14: the coefficients of the polygamma functions' asymptotic series
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6)
+_SHIFT = 8  # the series is taken at x + 8 and brought back by the recurrence
+
+
+def _polygamma_positive(n: int, x: jax.Array) -> jax.Array:
+    """ψ⁽ⁿ⁾(x), n ≥ 1, for x > −4: ψ⁽ⁿ⁾(x) = ψ⁽ⁿ⁾(x + 1) + (−1)ⁿ⁺¹ n!/xⁿ⁺¹ taken eight times, then the
+    asymptotic series at x + 8 to its B_14 term (under 1e-15 relative there)."""
+    near = sum(1.0 / (x + k) ** (n + 1) for k in range(_SHIFT))
+    inverse = 1.0 / (x + _SHIFT)
+    far = math.factorial(n - 1) * inverse**n + math.factorial(n) / 2 * inverse ** (n + 1)
+    power = inverse ** (n + 2)
+    for j, bernoulli in enumerate(_BERNOULLI, start=1):
+        far = far + bernoulli * math.factorial(2 * j + n - 1) / math.factorial(2 * j) * power
+        power = power * inverse * inverse
+    return (-1.0) ** (n + 1) * (math.factorial(n) * near + far)
+
+
+# Where x + 8 > 4 the series is SciPy's to 1e-10 (measured from −4.2 up); below, its terms grow, and
+# the value is NaN instead of a wrong one.
+LOWEST_ARGUMENT = 4.0 - _SHIFT
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def series_polygamma(n: int, x: jax.Array) -> jax.Array:
+    """ψ⁽ⁿ⁾(x), n ≥ 1, by elementary operations (:func:`_polygamma_positive`; NaN at
+    :data:`LOWEST_ARGUMENT` and below), differentiated as ψ⁽ⁿ⁺¹⁾ the same way."""
+    return jnp.where(x > LOWEST_ARGUMENT, _polygamma_positive(n, x), jnp.nan)
+
+
+@series_polygamma.defjvp
+def _series_polygamma_jvp(n: int, primals: tuple, tangents: tuple) -> tuple:
+    (x,), (dx,) = primals, tangents
+    return series_polygamma(n, x), series_polygamma(n + 1, x) * dx
+
+
+def _use_series_polygamma() -> Callable[[], None]:
+    saved = ad.primitive_jvps[special.digamma_p]
+    ad.defjvp(special.digamma_p, lambda g, x: g * series_polygamma(1, x))
+
+    def undo() -> None:
+        ad.primitive_jvps[special.digamma_p] = saved
+
+    return undo
+
+
+series_derivatives = _ProcessSwap(_use_series_polygamma)
+series_derivatives.__doc__ = """The digamma function differentiated by :func:`series_polygamma` (see the
+module's docstring)."""
+
+
 def attack_numerics(function: Callable[P, R]) -> Callable[P, R]:
-    """``function``, run in float64 (:func:`enable_float64`), with :func:`xla_linear_algebra` and
-    :func:`analytic_log_beta`."""
+    """``function``, run in float64 (:func:`enable_float64`), with :func:`xla_linear_algebra`,
+    :func:`analytic_log_beta` and :func:`series_derivatives`."""
 
     @functools.wraps(function)
     def with_attack_numerics(*args: P.args, **kwargs: P.kwargs) -> R:
         enable_float64()
-        with xla_linear_algebra(), analytic_log_beta():
+        with xla_linear_algebra(), analytic_log_beta(), series_derivatives():
             return function(*args, **kwargs)
 
     return with_attack_numerics
