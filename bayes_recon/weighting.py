@@ -317,6 +317,11 @@ def _copied_as(kind: type, fn: Distribution, each: Callable[[Any], Any] = lambda
     return copy
 
 
+def _sites_log_prob(trace: dict[str, Any], names: frozenset[str]) -> Array:
+    """The sum of the log-probabilities of the sites ``names`` of ``trace``, each summed over its shape."""
+    return sum((jnp.sum(trace[k]["fn"].log_prob(trace[k]["value"])) for k in names), jnp.zeros(()))
+
+
 def _per_point(sites: list[dict[str, Any]], data: Mapping[str, Array]) -> Array:
     """Every point's log-likelihood summed over the likelihood ``sites`` of a trace on ``data``."""
     n = next(iter(data.values())).shape[0]
@@ -455,9 +460,7 @@ class WeightedModel:
 
     def log_prior_sites(self, theta: Array, data: Mapping[str, Array]) -> Array:
         """The sum of the :attr:`prior_sites`' log-probabilities at the flat vector ``theta``."""
-        trace = self._trace(theta, data)
-        terms = [jnp.sum(trace[k]["fn"].log_prob(trace[k]["value"])) for k in self.prior_sites]
-        return sum(terms, jnp.zeros(()))
+        return _sites_log_prob(self._trace(theta, data), self.prior_sites)
 
     def _trace(
         self, theta: Array, data: Mapping[str, Array], bandwidths: Bandwidths | None = None
@@ -489,8 +492,7 @@ class WeightedModel:
             return terms
 
         def alone(row: Mapping[str, Array]) -> Array:
-            single = trace_alone(row)
-            return sum(jnp.sum(single[k]["fn"].log_prob(single[k]["value"])) for k in self.summed)
+            return _sites_log_prob(trace_alone(row), self.summed)
 
         return terms + jax.vmap(alone)({k: v[:, None] for k, v in rows.items()})
 
