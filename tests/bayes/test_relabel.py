@@ -16,6 +16,7 @@ from bayes_recon.modelcheck import prepare_release
 from bayes_recon.reconstruct import AttackSetup
 from bayes_recon.relabel import Relabelling, constrained_values, find_relabelling, relabel
 from bayes_recon.selfcheck import SelfCheckConfig, round_trip
+from bayes_recon.stages import one_copy
 
 
 def two_components(y=None):  # posteriordb's low_dim_gauss_mix_collapse: nothing orders the components
@@ -51,6 +52,23 @@ def exchangeable_prior(x, y=None):  # a regression whose two coefficients have o
         numpyro.sample("y", dist.Normal(beta[0] + beta[1] * x, 1.0), obs=y)
 
 
+def tanh_network(x, y=None):  # one hidden layer: units exchangeable, and each unit's sign (tanh is odd)
+    w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([3]).to_event(1))
+    b1 = numpyro.sample("b1", dist.Normal(0, 1).expand([3]).to_event(1))
+    w2 = numpyro.sample("w2", dist.Normal(0, 1).expand([3]).to_event(1))
+    b2 = numpyro.sample("b2", dist.Normal(0, 1))
+    s = numpyro.sample("s", dist.HalfNormal(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1 + b1) @ w2 + b2, s), obs=y)
+
+
+def units_unlike(x, y=None):  # two tanh units, the second's output doubled: signs exchangeable, order not
+    w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([2]).to_event(1))
+    w2 = numpyro.sample("w2", dist.Normal(0, 1).expand([2]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1) @ (w2 * jnp.array([1.0, 2.0])), 1.0), obs=y)
+
+
 def random_draws(model, **data) -> tuple[Any, np.ndarray]:
     """The model's weighted form and 50 random draws of its latent sites (only their supports matter here),
     in its flat unconstrained coordinates."""
@@ -60,6 +78,8 @@ def random_draws(model, **data) -> tuple[Any, np.ndarray]:
         ordered_components: {"mu": (2,), "sigma": (2,), "theta": ()},
         three_components: {"weights": (3,), "mu": (3,), "s": (3,)},
         exchangeable_prior: {"beta": (2,)},
+        tanh_network: {"w1": (3,), "b1": (3,), "w2": (3,), "b2": (), "s": ()},
+        units_unlike: {"w1": (2,), "w2": (2,)},
     }[model]
     draws = {name: rng.normal(size=(50, *shape)) for name, shape in sites.items()}
     draws |= {k: np.abs(draws[k]) for k in ("sigma", "s") if k in draws}
@@ -80,7 +100,13 @@ Y = jnp.asarray(np.random.default_rng(0).normal(size=30))
     ("model", "data", "found"),
     [
         (two_components, {"y": Y}, Relabelling(("mu", "sigma"), ("theta",), "mu", 2)),
+        (
+            tanh_network,
+            {"x": Y, "y": Y},
+            Relabelling(("w1", "b1", "w2"), (), "w1", 3, ("w1", "b1", "w2"), "w1"),
+        ),
         (three_components, {"y": Y}, Relabelling(("weights", "mu", "s"), (), "mu", 3)),
+        (units_unlike, {"x": Y, "y": Y}, Relabelling((), (), "", 2, ("w1", "w2"), "w1")),
         (ordered_components, {"y": Y}, None),
         (exchangeable_prior, {"x": Y, "y": Y}, None),
     ],
@@ -92,7 +118,10 @@ def test_exchangeable_components_are_found_and_nothing_else(model, data, found):
         assert relabelling is None
     else:  # its key, on random draws where every site's components are alike, could be any site
         assert set(relabelling.sites) == set(found.sites) and relabelling.flipped == found.flipped
-        assert relabelling.components == found.components and relabelling.key in found.sites
+        assert relabelling.components == found.components
+        assert (relabelling.key in found.sites) if found.sites else not relabelling.key
+        assert set(relabelling.negated) == set(found.negated)  # a mixture's means have no sign symmetry
+        assert (relabelling.sign_key in found.negated) if found.negated else not relabelling.sign_key
 
 
 def test_relabelled_draws_are_one_order_of_the_same_components():
@@ -112,6 +141,56 @@ def test_relabelled_draws_are_one_order_of_the_same_components():
         return np.asarray(jax.vmap(lambda v: weighted.constrained_terms(v, data))(values))
 
     np.testing.assert_allclose(terms(once), terms(theta), rtol=1e-9)
+
+
+def test_a_network_draw_with_units_negated_and_swapped_relabels_to_the_same_draw():
+    """Negating some hidden units (their incoming weight, bias and outgoing weight) and swapping others
+    gives, relabelled, the same draw as the original: its sign key positive, its units sorted by the key;
+    the prior and every point's likelihood are those of the draw as given."""
+    weighted, theta = random_draws(tanh_network, x=Y, y=Y)
+    data = {"x": Y, "y": Y}
+    relabelling = find_relabelling(weighted, data, theta)
+    values = constrained_values(weighted, data, theta)
+    sign = np.where(np.random.default_rng(1).uniform(size=(len(theta), 3)) < 0.5, -1.0, 1.0)
+    moved = {k: v[:, ::-1] * sign if k in ("w1", "b1", "w2") else v for k, v in values.items()}
+    other = np.asarray(weighted.to_unconstrained(moved, data))
+    once, again = (relabel(weighted, data, relabelling, t) for t in (theta, other))
+    np.testing.assert_allclose(again, once, atol=1e-9)
+    canonical = constrained_values(weighted, data, once)
+    assert np.all(canonical[relabelling.sign_key] >= 0)
+    assert np.all(np.diff(canonical[relabelling.key], axis=1) >= 0)
+
+    def terms(flat: np.ndarray) -> np.ndarray:
+        return np.asarray(
+            jax.vmap(lambda v: weighted.constrained_terms(v, data))(constrained_values(weighted, data, flat))
+        )
+
+    np.testing.assert_allclose(terms(once), terms(theta), rtol=1e-9)
+
+
+def test_the_start_takes_the_mean_of_one_copy_of_a_network_whose_units_switch_sign():
+    """Every draw one network with its units' signs and order changed at random: as drawn, the outgoing
+    weights average to about nothing (a flat function, from which the attack's start predicted its
+    responses); put in one copy (stages.one_copy), every draw holds the same network."""
+    rng = np.random.default_rng(2)
+    network = {
+        "w1": np.array([2.0, -0.5, 1.0]),
+        "b1": np.array([0.3, 0.1, -0.2]),
+        "w2": np.array([1.0, 0.8, -0.6]),
+    }
+    sign, order = rng.choice([-1.0, 1.0], size=(200, 3)), np.argsort(rng.uniform(size=(200, 3)), axis=1)
+    draws = {k: v[order] * sign for k, v in network.items()}
+    draws |= {"b2": rng.normal(0, 0.1, 200), "s": rng.uniform(0.2, 0.21, 200)}
+    release = prepare_release(tanh_network, draws, ["x", "y"])
+    theta = jnp.asarray(release.theta)
+    as_drawn = release.weighted_model.unravel(theta.mean(axis=0))["w2"]
+    assert np.max(np.abs(np.asarray(as_drawn))) < 0.25
+    one = jax.vmap(release.weighted_model.unravel)(one_copy(release.weighted_model, release.layout, theta))
+    for name in network:
+        np.testing.assert_allclose(one[name], np.broadcast_to(one[name][0], one[name].shape), atol=1e-12)
+    pairs = sorted(zip(np.abs(one["w1"][0]), np.abs(one["w2"][0]), strict=True))
+    expected = sorted(zip(np.abs(network["w1"]), np.abs(network["w2"]), strict=True))
+    np.testing.assert_allclose(np.array(pairs), np.array(expected), atol=1e-12)
 
 
 def release_of(draws: dict[str, np.ndarray]) -> AttackSetup:
