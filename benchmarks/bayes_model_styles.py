@@ -12,7 +12,8 @@ multivariate normal), a mixture whose weights are a simplex, a regression of the
 intercept per group indexed by the row's group (the index free, on its whole numbers), a deterministic
 site in the plate, a beta regression of a proportion, Weibull survival times, an overdispersed count of
 correct answers (beta-binomial, whose derivatives go through the log-beta function), a hurdle Poisson
-written as Stan writes it, one ``numpyro.factor`` per row (its count seen by no observed site). Five
+written as Stan writes it, one ``numpyro.factor`` per row (its count seen by no observed site), a network
+of three tanh units (whose order and signs the self-check sets, :mod:`bayes_recon.relabel`). Five
 cases take their data from posteriordb data sets that have no reference draws there (wells, GLM_Poisson,
 GLM_Binomial, low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others
 simulate their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500
@@ -225,6 +226,16 @@ def laplace_one_event(x, y=None):  # the rows as one event of the observed site,
     b = numpyro.sample("b", dist.Normal(0, 10))
     s = numpyro.sample("s", dist.HalfNormal(5))
     numpyro.sample("y", dist.Laplace(a + b * x, s).to_event(1), obs=y)
+
+
+def tanh_network(x, y=None):  # a one-hidden-layer network: its units' order and signs are exchangeable
+    w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([3]).to_event(1))
+    b1 = numpyro.sample("b1", dist.Normal(0, 1).expand([3]).to_event(1))
+    w2 = numpyro.sample("w2", dist.Normal(0, 1).expand([3]).to_event(1))
+    b2 = numpyro.sample("b2", dist.Normal(0, 1))
+    s = numpyro.sample("s", dist.HalfNormal(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1 + b1) @ w2 + b2, s), obs=y)
 
 
 def beta_mean_precision(x, y=None):  # a proportion's regression: mean by a logit, a precision
@@ -443,6 +454,11 @@ def _laplace(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": x, "y": 4 + 0.002 * x + rng.laplace(0, 1.0, 150)}
 
 
+def _curve(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=300)
+    return {"x": x, "y": np.tanh(2 * x) + 0.3 * x + rng.normal(0, 0.2, 300)}
+
+
 def _proportions(rng: np.random.Generator) -> dict[str, np.ndarray]:
     x = rng.normal(size=200)
     m = 1 / (1 + np.exp(0.5 - 0.8 * x))
@@ -586,6 +602,7 @@ CASES = (
     Case("laplace-deterministic", laplace_deterministic, _laplace, ["x", "y"]),
     Case("laplace-one-event", laplace_one_event, _laplace, ["x", "y"]),
     Case("beta-mean-precision", beta_mean_precision, _proportions, ["x", "y"]),
+    Case("tanh-network", tanh_network, _curve, ["x", "y"]),
     Case("weibull-times", weibull_times, _times, ["x", "y"]),
     Case(
         "hurdle-poisson-factor",
