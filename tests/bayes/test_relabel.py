@@ -62,6 +62,26 @@ def tanh_network(x, y=None):  # one hidden layer: units exchangeable, and each u
         numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1 + b1) @ w2 + b2, s), obs=y)
 
 
+def network_of(w2_prior: dist.Distribution, unused: bool = False):
+    """tanh_network with another prior of the outgoing weights and, if ``unused``, beside it a site of three
+    entries that no likelihood reads, whose prior is symmetric in each sign but not in their order."""
+
+    def network(x, y=None):
+        if unused:
+            numpyro.sample("z", dist.Normal(0, jnp.array([1.0, 2.0, 3.0])).to_event(1))
+        w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([3]).to_event(1))
+        b1 = numpyro.sample("b1", dist.Normal(0, 1).expand([3]).to_event(1))
+        w2 = numpyro.sample("w2", w2_prior.expand([3]).to_event(1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1 + b1) @ w2, 1.0), obs=y)
+
+    return network
+
+
+shifted_prior = network_of(dist.Normal(1, 1))  # negating an outgoing weight changes its prior
+signs_apart = network_of(dist.Normal(0, 1), unused=True)
+
+
 def units_unlike(x, y=None):  # two tanh units, the second's output doubled: signs exchangeable, order not
     w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([2]).to_event(1))
     w2 = numpyro.sample("w2", dist.Normal(0, 1).expand([2]).to_event(1))
@@ -80,6 +100,8 @@ def random_draws(model, **data) -> tuple[Any, np.ndarray]:
         exchangeable_prior: {"beta": (2,)},
         tanh_network: {"w1": (3,), "b1": (3,), "w2": (3,), "b2": (), "s": ()},
         units_unlike: {"w1": (2,), "w2": (2,)},
+        shifted_prior: {"w1": (3,), "b1": (3,), "w2": (3,)},
+        signs_apart: {"z": (3,), "w1": (3,), "b1": (3,), "w2": (3,)},
     }[model]
     draws = {name: rng.normal(size=(50, *shape)) for name, shape in sites.items()}
     draws |= {k: np.abs(draws[k]) for k in ("sigma", "s") if k in draws}
@@ -107,6 +129,13 @@ Y = jnp.asarray(np.random.default_rng(0).normal(size=30))
         ),
         (three_components, {"y": Y}, Relabelling(("weights", "mu", "s"), (), "mu", 3)),
         (units_unlike, {"x": Y, "y": Y}, Relabelling((), (), "", 2, ("w1", "w2"), "w1")),
+        (shifted_prior, {"x": Y, "y": Y}, Relabelling(("w1", "b1", "w2"), (), "w1", 3)),
+        # z's signs are exchangeable but z does not swap: its signs, set by a unit's key, are left alone
+        (
+            signs_apart,
+            {"x": Y, "y": Y},
+            Relabelling(("w1", "b1", "w2"), (), "w1", 3, ("w1", "b1", "w2"), "w1"),
+        ),
         (ordered_components, {"y": Y}, None),
         (exchangeable_prior, {"x": Y, "y": Y}, None),
     ],
@@ -188,6 +217,9 @@ def test_the_start_takes_the_mean_of_one_copy_of_a_network_whose_units_switch_si
     one = jax.vmap(release.weighted_model.unravel)(one_copy(release.weighted_model, release.layout, theta))
     for name in network:
         np.testing.assert_allclose(one[name], np.broadcast_to(one[name][0], one[name].shape), atol=1e-12)
+    regression = prepare_release(exchangeable_prior, {"beta": rng.normal(size=(50, 2))}, ["x", "y"])
+    drawn = jnp.asarray(regression.theta)  # no symmetry: the draws as drawn
+    assert one_copy(regression.weighted_model, regression.layout, drawn) is drawn
     pairs = sorted(zip(np.abs(one["w1"][0]), np.abs(one["w2"][0]), strict=True))
     expected = sorted(zip(np.abs(network["w1"]), np.abs(network["w2"]), strict=True))
     np.testing.assert_allclose(np.array(pairs), np.array(expected), atol=1e-12)
