@@ -41,6 +41,10 @@ if typing.TYPE_CHECKING:
 
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
 EXIT_SELF_CHECK_FAILED = 3
+OUT_OF_MEMORY_REMEDY = (
+    "Use fewer points (--points), fewer draws (--max-draws) or minibatches of draws (--batch-size), or a "
+    "machine with more memory; the same command with the same --checkpoint resumes from the rounds it kept."
+)
 NO_CACHE_ENV = "RECON_AUDIT_NO_CACHE"
 
 # ReconConfig fields the CLI exposes: option help. The defaults and the choices come from ReconConfig
@@ -1123,7 +1127,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command.build_parser("bayes-recon", __doc__.splitlines()[0], SUBCOMMANDS, _global_options)
     parser.epilog = (
         "exit status: 0 done; 2 bad input (one line: error: what is wrong and the fix); 3 reconstruct "
-        "ran, but its self-check says the recovered data do not reproduce the release. Compiled "
+        "ran, but its self-check says the recovered data do not reproduce the release; 4 stopped as "
+        "memory ran out, before the system would have killed it (a --checkpoint keeps its rounds). Compiled "
         f"attacks are cached in {_cache_folder()} (--no-compile-cache or {NO_CACHE_ENV}=1: off)."
     )
     return parser
@@ -1133,7 +1138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bayes_recon.precision import enable_float64
 
     enable_float64()  # the command's own process: every check and attack it runs is in float64
-    return command.run(build_parser(), argv, (ReconError,), _prepare)
+    return command.run(build_parser(), argv, (ReconError,), _prepare, OUT_OF_MEMORY_REMEDY)
 
 
 if __name__ == "__main__":

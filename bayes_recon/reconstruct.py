@@ -75,6 +75,7 @@ from bayes_recon.standard_errors import (
 from bayes_recon.weighting import Bandwidths, WeightedModel
 from recon_core.errors import ReconError
 from recon_core.measure import WeightedMeasure
+from recon_core.memory import available_memory
 
 Array = jax.Array
 
@@ -1052,7 +1053,7 @@ def _rounds_side_by_side(compiled: Any, pending: int, cpu: bool, asked: int | No
     need = _round_memory(compiled)
     if not cpu or need is None:
         return 1
-    fits = _available_memory() // (2 * need) if need > 0 else pending
+    fits = available_memory() // (2 * need) if need > 0 else pending
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return int(max(1, min(pending, cores - 1, fits)))
 
@@ -1097,7 +1098,7 @@ def _check_round_memory(compiled: Any, n_points: int, draws: int, grid_shrinks: 
     in proportion, less a twentieth: part of the count does not shrink with the draws (the
     beta-binomial's 513 draws counted 13.7 GiB where the proportion gave 13.6, and a third compilation
     followed)."""
-    need, have = _round_memory(compiled), ROUND_SHARE * _available_memory()
+    need, have = _round_memory(compiled), ROUND_SHARE * available_memory()
     if need is None or have <= 0 or need <= have:
         return
     fit = int(0.95 * draws * have / need)
@@ -1120,26 +1121,6 @@ def _check_round_memory(compiled: Any, n_points: int, draws: int, grid_shrinks: 
         1 if grid_shrinks else None,
         fit if fit >= FEWEST_DRAWS else None,
     )
-
-
-def _available_memory() -> int:
-    """Bytes of memory available to new allocations now: Linux's MemAvailable, within a container's
-    limit (cgroup v2); elsewhere half the machine's memory, or 0 where not even that is known."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            free = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration):
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-        except (AttributeError, OSError, ValueError):
-            return 0
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            free = min(free, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return max(free, 0)
 
 
 def moment_namer(points: Mapping[str, Any]) -> Callable[[str], str]:

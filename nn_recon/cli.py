@@ -735,7 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return command.run(build_parser(), argv, (ReconError,), _prepare)
+    remedy = "Use fewer images (--per-class) or a smaller network (--arch), or a machine with more memory."
+    return command.run(build_parser(), argv, (ReconError,), _prepare, remedy)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from recon_core import memory
+
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Register = Callable[[Subparsers], None]
 
@@ -133,16 +135,20 @@ def run(
     argv: Sequence[str] | None,
     errors: tuple[type[Exception], ...],
     prepare: Callable[[argparse.Namespace], None] = lambda args: None,
+    remedy: str = "Rerun it on a machine with more memory.",
 ) -> int:
     """Parse, ``prepare`` (global settings), run the subcommand; ``errors`` and OSError (a missing
-    file, a folder where a file was expected) become ``prog: error: message`` and exit status 2."""
+    file, a folder where a file was expected) become ``prog: error: message`` and exit status 2. Memory
+    nearly exhausted ends it with a message naming ``remedy`` and :data:`recon_core.memory.
+    EXIT_OUT_OF_MEMORY` (:func:`recon_core.memory.guard`)."""
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse: --help (0) or a usage error (2), already printed
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
         prepare(args)
-        return args.run(args)
+        with memory.guard(parser.prog, remedy):
+            return args.run(args)
     except (*errors, OSError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2

@@ -366,7 +366,7 @@ def test_a_round_larger_than_the_memory_available_is_refused_before_it_runs(monk
             numpyro.sample("y", dist.Normal(mu, 1), obs=y)
 
     attack = sys.modules["bayes_recon.reconstruct"]  # the package's name `reconstruct` is the function
-    monkeypatch.setattr(attack, "_available_memory", lambda: 1)
+    monkeypatch.setattr(attack, "available_memory", lambda: 1)
     ran = []
     monkeypatch.setattr(attack, "_run_round", lambda *args: ran.append(args))
     draws = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 200)}
@@ -391,7 +391,7 @@ def test_a_round_too_large_runs_on_the_draws_that_fit_and_says_so(monkeypatch, t
     attack = sys.modules["bayes_recon.reconstruct"]  # the package's name `reconstruct` is the function
     needs, count = [], attack._round_memory
     monkeypatch.setattr(attack, "_round_memory", lambda compiled: needs.append(count(compiled)) or needs[-1])
-    monkeypatch.setattr(attack, "_available_memory", lambda: needs[0] // 2)
+    monkeypatch.setattr(attack, "available_memory", lambda: needs[0] // 2)
     draws = {"mu": np.random.default_rng(0).normal(1.0, 0.1, 1000)}
     config = br.ReconConfig(coarse_steps=2, steps=2, restarts=1, rescue_restarts=0, refine_rounds=0)
     with pytest.warns(UserWarning, match=r"GiB of working memory .* on the first \d+ draws instead"):
@@ -425,7 +425,7 @@ def test_a_round_too_large_scores_the_grid_one_candidate_at_a_time_first_for_the
     attack = sys.modules["bayes_recon.reconstruct"]  # the package's name `reconstruct` is the function
     needs, count = [], attack._round_memory
     monkeypatch.setattr(attack, "_round_memory", lambda compiled: needs.append(count(compiled)) or needs[-1])
-    monkeypatch.setattr(attack, "_available_memory", lambda: needs[0] // 2)
+    monkeypatch.setattr(attack, "available_memory", lambda: needs[0] // 2)
     with pytest.warns(UserWarning, match=r"GiB of working memory .* candidates one at a time instead"):
         found = br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=config)
     assert found.config.grid_at_once == 1 and found.config.max_draws is None
@@ -444,12 +444,12 @@ def test_a_round_too_large_scores_the_grid_one_candidate_at_a_time_first_for_the
 
     two = dataclasses.replace(config, restarts=2)
     kept = tmp_path / "kept"
-    monkeypatch.setattr(attack, "_available_memory", lambda: 2**50)
+    monkeypatch.setattr(attack, "available_memory", lambda: 2**50)
     with pytest.raises(KeyboardInterrupt):
         br.reconstruct(
             model, draws, ["x", "y"], n_points=3, config=two, progress=stop_after_a_round, checkpoint=kept
         )
-    monkeypatch.setattr(attack, "_available_memory", lambda: needs[0] // 2)
+    monkeypatch.setattr(attack, "available_memory", lambda: needs[0] // 2)
     with pytest.raises(br.ReconError, match=first + r".*rounds kept in .*kept would refuse: start it afresh"):
         br.reconstruct(model, draws, free=["x", "y"], n_points=3, config=two, checkpoint=kept)
     assert kept.exists()  # a round of it is kept: the user decides

@@ -1,0 +1,118 @@
+"""Memory: how much is available now, and a guard that ends a command before the system kills it.
+
+A process that outgrows memory is killed by the kernel's out-of-memory killer without a word to the
+user (the shell prints "Killed", status 137), or first swaps the machine to a halt. Compiling is where
+that comes without warning: XLA counts a compiled program's memory (which the posterior attack checks
+before it runs a round) only once it is compiled, and compiling can itself take gigabytes. A beta-
+binomial regression's attack went past 18 GB compiling (stop 68); a jitted function of 400 layers of
+matrix products, 24 GB here before the kernel killed it, where 60 layers took 0.5 GB. :func:`guard` looks
+at memory from a thread every :data:`EVERY` seconds (XLA's compiler lets go of Python's lock, so the
+thread runs while a program compiles) and, when memory is nearly gone and this process holds a good
+share of it, ends the process with a message and :data:`EXIT_OUT_OF_MEMORY`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+EXIT_OUT_OF_MEMORY = 4
+NEARLY_GONE = 0.03  # of the memory there is, left available: the kernel is about to kill or swap
+HELD = 0.25  # of the memory there is, held by this process: the one the kernel would kill
+EVERY = 0.25  # seconds between looks; a compilation takes gigabytes over seconds
+
+
+class MemoryState(NamedTuple):
+    """Bytes: available to new allocations, there in all (the machine's, within a container's limit), and
+    held by this process (resident)."""
+
+    available: int
+    total: int
+    held: int
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations now: Linux's MemAvailable, within a container's
+    limit (cgroup v2); elsewhere half the machine's memory, or 0 where not even that is known."""
+    try:
+        free = _meminfo("MemAvailable:")
+    except (OSError, StopIteration):
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        except (AttributeError, OSError, ValueError):
+            return 0
+    try:
+        limit = _container_limit()
+        if limit is not None:
+            free = min(free, limit - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return max(free, 0)
+
+
+def memory_state() -> MemoryState | None:
+    """Memory now, or None where Linux's /proc does not say."""
+    try:
+        total = _meminfo("MemTotal:")
+        resident = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    try:
+        limit = _container_limit()
+    except (OSError, ValueError):
+        limit = None
+    return MemoryState(available_memory(), total if limit is None else min(total, limit), resident)
+
+
+def exhausted(state: MemoryState) -> bool:
+    """Memory nearly gone, and this process holds a good share of it."""
+    return state.available < NEARLY_GONE * state.total and state.held > HELD * state.total
+
+
+@contextmanager
+def guard(
+    prog: str, remedy: str, read: Callable[[], MemoryState | None] | None = None, every: float | None = None
+) -> Iterator[None]:
+    """While the block runs, end the process with ``prog: error: …`` (naming ``remedy``) and
+    :data:`EXIT_OUT_OF_MEMORY` as soon as memory is :func:`exhausted`, looked at by ``read`` (default
+    :func:`memory_state`) every ``every`` seconds (default :data:`EVERY`). No unwinding: the kernel would
+    not have allowed any; what a command keeps as it goes (a checkpoint's finished rounds) stays."""
+    read, every = read or memory_state, every or EVERY
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(every):
+            state = read()
+            if state is not None and exhausted(state):
+                gib = [x / 2**30 for x in state]
+                sys.stderr.write(
+                    f"\n{prog}: error: memory is nearly exhausted ({gib[0]:.1f} GiB left of {gib[1]:.1f} "
+                    f"GiB; this command holds {gib[2]:.1f} GiB) and the system would kill the command "
+                    f"without a word, so it stops here (exit status {EXIT_OUT_OF_MEMORY}). {remedy}\n"
+                )
+                sys.stderr.flush()
+                os._exit(EXIT_OUT_OF_MEMORY)
+
+    watcher = threading.Thread(target=watch, name="memory guard", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def _meminfo(field: str) -> int:
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith(field))
+
+
+def _container_limit() -> int | None:
+    """A container's memory limit in bytes (cgroup v2), or None without one."""
+    limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    return None if limit == "max" else int(limit)
