@@ -3,7 +3,8 @@
 Add a subcommand by appending its ``register_*`` function to ``SUBCOMMANDS`` (see
 :mod:`recon_core.command`). Exit status: 0 done; 2 bad input (a one-line message); 3
 ``reconstruct`` ran but its self-check says the recovered data do not reproduce the release, so
-its numbers are not to be trusted (see :mod:`bayes_recon.selfcheck`).
+its numbers are not to be trusted (see :mod:`bayes_recon.selfcheck`); 4 memory ran out, and the
+command stopped before the system would have killed it (:mod:`recon_core.memory`).
 
 JAX keeps compiled attacks in $XDG_CACHE_HOME/recon-audit/jax (~/.cache/recon-audit/jax), so a
 second run of the same shapes skips most compiling; ``--no-compile-cache`` or
@@ -42,8 +43,9 @@ if typing.TYPE_CHECKING:
 DEFAULT_POSTERIOR = "kidiq-kidscore_momiq"
 EXIT_SELF_CHECK_FAILED = 3
 OUT_OF_MEMORY_REMEDY = (
-    "Use fewer points (--points), fewer draws (--max-draws) or minibatches of draws (--batch-size), or a "
-    "machine with more memory; the same command with the same --checkpoint resumes from the rounds it kept."
+    "Use fewer points or draws (reconstruct's --points, --max-draws, --batch-size) or a machine with more "
+    "memory; reconstruct run again with the same --checkpoint (or --save, --json) resumes from the rounds "
+    "it kept."
 )
 NO_CACHE_ENV = "RECON_AUDIT_NO_CACHE"
 

@@ -4,7 +4,7 @@ Add a subcommand by adding its row (name, help, options, run) to ``SUBCOMMANDS``
 :mod:`recon_core.command`): its options come from the config dataclasses where there is one, so
 every default lives in the config, and every option's help shows it. The work is
 :mod:`nn_recon.pipeline`'s; this module parses and prints. Bad input is a one-line message and exit
-status 2.
+status 2; memory running out, one line and status 4 (:mod:`recon_core.memory`).
 """
 
 from __future__ import annotations
@@ -735,7 +735,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    remedy = "Use fewer images (--per-class) or a smaller network (--arch), or a machine with more memory."
+    remedy = (
+        "Use fewer images or a smaller network (train's --per-class, --arch) or a machine with more memory."
+    )
     return command.run(build_parser(), argv, (ReconError,), _prepare, remedy)
 
 

@@ -1,5 +1,5 @@
 """What both command-line tools share: a parser of subcommands, options made from a config, bad input as
-one line, status 2.
+one line, status 2, and memory running out as one line, status 4 (:mod:`recon_core.memory`).
 
 Each subcommand is one ``register_*`` function that adds its parser and sets ``run`` to a function
 taking the parsed arguments and returning an exit status; :class:`Subcommand` is one row of a table
@@ -10,6 +10,7 @@ back from the parsed arguments with :func:`config_from`, so that its defaults li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import typing
@@ -138,16 +139,18 @@ def run(
     remedy: str = "Rerun it on a machine with more memory.",
 ) -> int:
     """Parse, ``prepare`` (global settings), run the subcommand; ``errors`` and OSError (a missing
-    file, a folder where a file was expected) become ``prog: error: message`` and exit status 2. Memory
-    nearly exhausted ends it with a message naming ``remedy`` and :data:`recon_core.memory.
-    EXIT_OUT_OF_MEMORY` (:func:`recon_core.memory.guard`)."""
+    file, a folder where a file was expected) become ``prog: error: message`` and exit status 2. Run as
+    a command (``argv`` None: the arguments are the process's own), memory nearly exhausted ends it
+    with a message naming ``remedy`` and :data:`~recon_core.memory.EXIT_OUT_OF_MEMORY`
+    (:func:`recon_core.memory.guard`); called with ``argv`` from Python, it leaves the caller's
+    process alone."""
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse: --help (0) or a usage error (2), already printed
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
         prepare(args)
-        with memory.guard(parser.prog, remedy):
+        with memory.guard(parser.prog, remedy) if argv is None else contextlib.nullcontext():
             return args.run(args)
     except (*errors, OSError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
