@@ -1,17 +1,18 @@
 """Memory: how much is available now, and a guard that ends a command before the system kills it.
 
-A process that outgrows memory is killed by the kernel's out-of-memory killer without a word to the
-user (the shell prints "Killed", status 137), or first swaps the machine to a halt. Compiling is where
-that comes without warning: XLA counts a compiled program's memory (which the posterior attack checks
-before it runs a round) only once it is compiled, and compiling can itself take gigabytes. A beta-
-binomial regression's attack went past 18 GB compiling (stop 68); a jitted function of 400 layers of
-matrix products, 24 GB here before the kernel killed it, where 60 layers took 0.5 GB. :func:`guard` looks
-at memory from a thread every :data:`EVERY` seconds (XLA's compiler lets go of Python's lock, so the
-thread runs while a program compiles) and, when memory is nearly gone and this process holds a good
-share of it, ends the process with a message and :data:`EXIT_OUT_OF_MEMORY`. The command-line tools
-run their subcommands under it when started as commands (:func:`recon_core.command.run` with no
-``argv``); called from Python, ``main([...])`` and the libraries leave the caller's process alone. It
-reads a container's limit from cgroup v2 only (not v1, not a parent slice's), and counts no swap.
+A process that outgrows memory is killed by the kernel's out-of-memory killer without a word to the user
+(the shell prints "Killed", status 137), or first swaps the machine to a halt. Compiling is where that
+comes without warning: XLA counts a compiled program's memory (which the posterior attack checks before
+it runs a round) only once it is compiled, and compiling can itself take gigabytes. A beta-binomial
+regression's attack went past 18 GB compiling (stop 68); the gradient of 400 layers of 8 × 8 matrix
+products exhausted this project's 24 GB machine and was killed, where 60 layers took 0.5 GB.
+:func:`guard` looks at memory from a thread every :data:`EVERY` seconds (XLA's compiler lets go of
+Python's lock, so the thread runs while a program compiles) and, when memory is nearly gone and this
+process holds a good share of it, ends the process with a message and :data:`EXIT_OUT_OF_MEMORY`. The
+command-line tools run their subcommands under it when started as commands
+(:func:`recon_core.command.run` with no ``argv``); called from Python, ``main([...])`` and the libraries
+leave the caller's process alone. It reads a container's limit from cgroup v2 only (not v1, not a parent
+slice's), and counts no swap.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ CGROUP = "/sys/fs/cgroup"
 
 class MemoryState(NamedTuple):
     """Bytes: available to new allocations, there in all (the machine's, within a container's limit), and
-    held by this process (resident)."""
+    held by this process (its anonymous and shared resident memory)."""
 
     available: int
     total: int
@@ -68,8 +69,7 @@ def available_memory() -> int:
 def memory_state() -> MemoryState | None:
     """Memory now, or None where Linux's /proc does not say. ``held`` counts this process's anonymous
     and shared memory (RssAnon + RssShmem), not the mapped files of its libraries, which the kernel can
-    drop and which took a large share of a small container's limit. Swap is not counted as available:
-    a command that needs it has already run out."""
+    drop. Swap is not counted as available: a command that needs it has already run out."""
     try:
         total = _meminfo("MemTotal:")
         status = Path("/proc/self/status").read_text().splitlines()

@@ -52,19 +52,10 @@ def exchangeable_prior(x, y=None):  # a regression whose two coefficients have o
         numpyro.sample("y", dist.Normal(beta[0] + beta[1] * x, 1.0), obs=y)
 
 
-def tanh_network(x, y=None):  # one hidden layer: units exchangeable, and each unit's sign (tanh is odd)
-    w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([3]).to_event(1))
-    b1 = numpyro.sample("b1", dist.Normal(0, 1).expand([3]).to_event(1))
-    w2 = numpyro.sample("w2", dist.Normal(0, 1).expand([3]).to_event(1))
-    b2 = numpyro.sample("b2", dist.Normal(0, 1))
-    s = numpyro.sample("s", dist.HalfNormal(1))
-    with numpyro.plate("rows", x.shape[0]):
-        numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1 + b1) @ w2 + b2, s), obs=y)
-
-
 def network_of(w2_prior: dist.Distribution, unused: bool = False):
-    """tanh_network with another prior of the outgoing weights and, if ``unused``, beside it a site of three
-    entries that no likelihood reads, whose prior is symmetric in each sign but not in their order."""
+    """A regression on one hidden layer of three tanh units (units exchangeable, and each unit's sign, tanh
+    being odd), its outgoing weights' prior ``w2_prior``; if ``unused``, beside it a site of three entries
+    that no likelihood reads, whose prior is symmetric in each sign but not in their order."""
 
     def network(x, y=None):
         if unused:
@@ -72,12 +63,15 @@ def network_of(w2_prior: dist.Distribution, unused: bool = False):
         w1 = numpyro.sample("w1", dist.Normal(0, 1).expand([3]).to_event(1))
         b1 = numpyro.sample("b1", dist.Normal(0, 1).expand([3]).to_event(1))
         w2 = numpyro.sample("w2", w2_prior.expand([3]).to_event(1))
+        b2 = numpyro.sample("b2", dist.Normal(0, 1))
+        s = numpyro.sample("s", dist.HalfNormal(1))
         with numpyro.plate("rows", x.shape[0]):
-            numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1 + b1) @ w2, 1.0), obs=y)
+            numpyro.sample("y", dist.Normal(jnp.tanh(x[:, None] * w1 + b1) @ w2 + b2, s), obs=y)
 
     return network
 
 
+tanh_network = network_of(dist.Normal(0, 1))
 shifted_prior = network_of(dist.Normal(1, 1))  # negating an outgoing weight changes its prior
 signs_apart = network_of(dist.Normal(0, 1), unused=True)
 
@@ -100,8 +94,8 @@ def random_draws(model, **data) -> tuple[Any, np.ndarray]:
         exchangeable_prior: {"beta": (2,)},
         tanh_network: {"w1": (3,), "b1": (3,), "w2": (3,), "b2": (), "s": ()},
         units_unlike: {"w1": (2,), "w2": (2,)},
-        shifted_prior: {"w1": (3,), "b1": (3,), "w2": (3,)},
-        signs_apart: {"z": (3,), "w1": (3,), "b1": (3,), "w2": (3,)},
+        shifted_prior: {"w1": (3,), "b1": (3,), "w2": (3,), "b2": (), "s": ()},
+        signs_apart: {"z": (3,), "w1": (3,), "b1": (3,), "w2": (3,), "b2": (), "s": ()},
     }[model]
     draws = {name: rng.normal(size=(50, *shape)) for name, shape in sites.items()}
     draws |= {k: np.abs(draws[k]) for k in ("sigma", "s") if k in draws}
