@@ -147,7 +147,8 @@ def _source_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="COLUMN=CONSTRAINT",
         help="a free column's support, a numpyro.distributions.constraints name: positive, "
-        "nonnegative_integer, unit_interval, boolean, interval(0,200), ... (default: a response's "
+        "nonnegative_integer, unit_interval, boolean, interval(0,200), simplex (a composition: X:3 "
+        "shares summing to one), ... (default: a response's "
         "from its distribution, else real)",
     )
 

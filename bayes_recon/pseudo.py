@@ -147,15 +147,28 @@ class Layout:
         return self.supports.get(name, constraints.real)
 
     def unbounded(self) -> set[str]:
-        """Continuous columns whose support has no upper bound (real, positive): no natural centre."""
-        return {k for k in self.widths(False) if not hasattr(self.support(k), "upper_bound")}
+        """Continuous columns whose support has no upper bound (real, positive): no natural centre. A
+        simplex's centre is the even composition, 0 in its unconstrained coordinates."""
+        return {
+            k
+            for k in self.widths(False)
+            if not hasattr(self.support(k), "upper_bound") and self.support(k) is not constraints.simplex
+        }
 
     def widths(self, discrete: bool) -> dict[str, int]:
+        """Coordinates per column: a continuous column's in its unconstrained space (a simplex of K
+        entries has K − 1), a discrete column's one per entry."""
         return {
-            k: int(np.prod(s, dtype=int))
+            k: int(np.prod(s if discrete else self.unconstrained_shape(k), dtype=int))
             for k, s in self.shapes.items()
             if is_discrete(self.support(k)) == discrete
         }
+
+    def unconstrained_shape(self, name: str) -> tuple[int, ...]:
+        """A continuous column's trailing shape in its unconstrained space: its own, but for a support on a
+        vector (a simplex's last axis loses one entry)."""
+        support, shape = self.support(name), self.shapes[name]
+        return tuple(biject_to(support).inverse_shape(shape)) if support.event_dim else shape
 
     @property
     def dim(self) -> int:
@@ -186,7 +199,11 @@ class Layout:
             start = 0
             for name, width in self.widths(discrete).items():
                 part = block[:, start : start + width]
-                value = biject_to(self.support(name))(part) if not discrete else self._discrete(name, part)
+                if discrete:
+                    value = self._discrete(name, part)
+                else:
+                    part = part.reshape((block.shape[0], *self.unconstrained_shape(name)))
+                    value = biject_to(self.support(name))(part)
                 out[name] = value.reshape((block.shape[0], *self.shapes[name]))
                 start += width
         return {name: out[name] for name in self.shapes}
@@ -206,7 +223,9 @@ class Layout:
     def unconstrain(self, points: Mapping[str, Array]) -> Array:
         """{name: (M, *shape)} → the (M, D) unconstrained continuous coordinates (inverse of ``assemble``)."""
         blocks = [
-            biject_to(self.support(name)).inv(jnp.reshape(points[name], (-1, width)))
+            biject_to(self.support(name))
+            .inv(jnp.reshape(points[name], (-1, *self.shapes[name])))
+            .reshape(-1, width)
             for name, width in self.widths(False).items()
         ]
         return jnp.concatenate(blocks, axis=1) if blocks else jnp.zeros((len(next(iter(points.values()))), 0))

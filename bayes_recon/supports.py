@@ -12,7 +12,8 @@ distribution, and the pseudo-data must live there:
   (or the interval), where the model's log-probability is interpolated between the integers
   (:func:`bayes_recon.weighting.between_counts`): at the integers it is the model's own
   log-likelihood, and a pseudo-count is two data rows, the integers either side of it;
-* continuous (positive: Gamma, LogNormal; unit interval: Beta; real) — NumPyro's bijections.
+* continuous (positive: Gamma, LogNormal; unit interval: Beta; real) — NumPyro's bijections; so is
+  a composition (simplex: a Dirichlet's shares, K per row as K − 1 stick-breaking coordinates).
 
 Covariates have no distribution in the model; they take ``support=`` (default real), and a
 covariate whose values off that support make the log-likelihood non-finite (``log(x)`` of a
@@ -69,6 +70,8 @@ def relaxed(support: Constraint) -> Constraint | None:
     if isinstance(support, constraints._IntegerInterval):
         low, high = pseudo.common_bound(support.lower_bound), pseudo.common_bound(support.upper_bound)
         return None if low is None or high is None else constraints.interval(low, high)
+    if support is constraints.simplex:  # compositions, through NumPyro's stick-breaking bijection
+        return support
     if isinstance(support, constraints.independent) and support.base_constraint.event_dim == 0:
         return relaxed(support.base_constraint)  # a vector of scalars, each on one support (real_vector)
     if support.is_discrete or support.event_dim != 0:
@@ -117,9 +120,9 @@ def constraint_named(text: str) -> Constraint:
         except ValueError:
             raise ReconError(f"{text!r}: its bounds are not numbers") from None
     named = getattr(constraints, text, None)
-    if _scalar(named):
+    if _nameable(named):
         return named
-    known = sorted(k for k, v in vars(constraints).items() if _scalar(v) and not k.startswith("_"))
+    known = sorted(k for k, v in vars(constraints).items() if _nameable(v) and not k.startswith("_"))
     close = difflib.get_close_matches(text, known + list(_PARAMETRISED), n=2)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     raise ReconError(
@@ -128,10 +131,13 @@ def constraint_named(text: str) -> Constraint:
     )
 
 
-def _scalar(candidate: Any) -> bool:
-    """A constraint on one number at a time (not a simplex, not the placeholder ``dependent``)."""
+def _nameable(candidate: Any) -> bool:
+    """A constraint a column can take by name: one on one number at a time, or the simplex (not another
+    vector's, not the placeholder ``dependent``)."""
     try:
-        return isinstance(candidate, Constraint) and candidate.event_dim == 0
+        return isinstance(candidate, Constraint) and (
+            candidate.event_dim == 0 or candidate is constraints.simplex
+        )
     except NotImplementedError:  # dependent: its event_dim is not known statically
         return False
 
@@ -170,9 +176,16 @@ def column_supports(
             )
         if found is None:
             raise ReconError(
-                f"{whose} {column!r} has support {support}, which the attack cannot parametrise (a simplex, "
-                "a vector event, or per-row bounds). Give it a scalar constraint with support={...} (real, "
-                "positive, unit_interval, boolean, nonnegative_integer, ...) or leave it out of 'free'."
+                f"{whose} {column!r} has support {support}, which the attack cannot parametrise (a vector "
+                "event other than a simplex, or per-row bounds). Give it a scalar constraint with "
+                "support={...} (real, positive, unit_interval, boolean, nonnegative_integer, ...) or leave "
+                "it out of 'free'."
+            )
+        if found is constraints.simplex and shapes[column][-1:] in ((), (0,), (1,)):
+            raise ReconError(
+                f"{whose} {column!r} lies on the simplex, but its rows have shape {shapes[column]}: a "
+                "composition needs a last axis of two entries or more. Give its shape in free (free="
+                f"{{{column!r}: (3,), ...}}; on the command line --free {column}:3)."
             )
         return found
 

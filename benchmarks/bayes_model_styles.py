@@ -13,7 +13,9 @@ intercept per group indexed by the row's group (the index free, on its whole num
 site in the plate, a beta regression of a proportion, Weibull survival times, an overdispersed count of
 correct answers (beta-binomial, whose derivatives go through the log-beta function), a hurdle Poisson
 written as Stan writes it, one ``numpyro.factor`` per row (its count seen by no observed site), a network
-of three tanh units (whose order and signs the self-check sets, :mod:`bayes_recon.relabel`). Five
+of three tanh units (whose order and signs the self-check sets, :mod:`bayes_recon.relabel`), shares of
+a whole (a Dirichlet response on the simplex), a regression on a composition's log-ratios (a covariate on
+the simplex, declared by ``support=``). Five
 cases take their data from posteriordb data sets that have no reference draws there (wells, GLM_Poisson,
 GLM_Binomial, low_dim_gauss_mix_collapse; ``POSTERIOR_DB_PATH``, else ../shared's copy); the others
 simulate their data at known parameters (fixed seeds). Every case samples its posterior with NUTS (500
@@ -352,6 +354,25 @@ def three_components(y=None):  # a mixture's weights on the simplex (Dirichlet),
         numpyro.sample("y", dist.MixtureSameFamily(dist.Categorical(theta), dist.Normal(mu, s)), obs=y)
 
 
+def dirichlet_shares(
+    x, y=None
+):  # compositions: shares of three parts, each's concentration a log-linear regression
+    a = numpyro.sample("a", dist.Normal(0, 2).expand([3]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0, 2).expand([3]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Dirichlet(jnp.exp(a + b * x[:, None])), obs=y)
+
+
+def composition_covariate(
+    c, y=None
+):  # a regression on a composition's log-ratios: c on the simplex by support=
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 5).expand([2]).to_event(1))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    with numpyro.plate("rows", c.shape[0]):
+        numpyro.sample("y", dist.Normal(a + (jnp.log(c[:, :2]) - jnp.log(c[:, 2:])) @ b, s), obs=y)
+
+
 @dataclass(frozen=True)
 class Case:
     """A model as a user writes it, its data simulated at known parameters, and the call's arguments."""
@@ -555,6 +576,19 @@ def _three_components(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"y": np.array([-3.0, 0.0, 3.0])[component] + rng.normal(size=600)}
 
 
+def _shares(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(size=300)
+    y = np.stack(
+        [rng.dirichlet(a) for a in np.exp(np.array([1.0, 0.5, 1.5]) + np.outer(x, [0.8, -0.5, 0.0]))]
+    )
+    return {"x": x, "y": y}
+
+
+def _composition(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    c = rng.dirichlet([4.0, 2.0, 3.0], size=200)
+    return {"c": c, "y": 1.0 + np.log(c[:, :2] / c[:, 2:]) @ np.array([2.0, -1.0]) + rng.normal(0, 0.5, 200)}
+
+
 CASES = (
     Case("lognormal", lognormal, _lognormal, ["x", "y"]),
     Case("ordered-logistic", ordered_logistic, _ordered, ["x", "y"]),
@@ -592,6 +626,14 @@ CASES = (
     Case("mixture-labels-switch", mixture_unordered, _mixture_unordered, ["y"]),
     Case("correlated-pair", correlated_pair, _correlated_pair, {"x": (), "y": (2,)}),
     Case("three-components", three_components, _three_components, ["y"]),
+    Case("dirichlet-shares", dirichlet_shares, _shares, {"x": (), "y": (3,)}),
+    Case(
+        "composition-covariate",
+        composition_covariate,
+        _composition,
+        {"c": (3,), "y": ()},
+        support={"c": "simplex"},
+    ),
     Case(
         "group-intercepts",
         group_intercepts,

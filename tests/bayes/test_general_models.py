@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,7 @@ from bayes_recon import pseudo
 from bayes_recon.cli import describe_units
 from bayes_recon.identifiability import identifiable_statistics
 from bayes_recon.modelcheck import check_data_support, prepare_release, rows_as_units
-from bayes_recon.supports import column_supports
+from bayes_recon.supports import column_supports, constraint_named
 from bayes_recon.weighting import WeightedModel
 
 
@@ -57,8 +58,12 @@ def test_responses_take_their_support_from_the_model():
     # counts given as counts are relaxed as the model's own are (this was an empty NotImplementedError)
     counted = column_supports(poisson_regression, shapes, {}, {"y": constraints.nonnegative_integer})
     assert counted["y"] is constraints.positive
-    with pytest.raises(br.ReconError, match="support= says 'y' has support Simplex"):
+    with pytest.raises(br.ReconError, match="support= says 'y' lies on the simplex, but its rows have shape"):
         column_supports(poisson_regression, shapes, {}, {"y": constraints.simplex})
+    with pytest.raises(
+        br.ReconError, match=r"support= says 'y' has support OrderedVector.*other than a simplex"
+    ):
+        column_supports(poisson_regression, shapes, {}, {"y": constraints.ordered_vector})
     # a support the response's distribution does not hold named the covariate, checked next, as the culprit
     with pytest.raises(br.ReconError, match=r"response 'y' is Boolean.*support is Positive.*\[0\.0\]"):
         column_supports(gamma, shapes, {}, {"y": constraints.boolean})
@@ -222,6 +227,54 @@ def test_latent_sites_are_flattened_in_their_unconstrained_size():
                              jnp.ones(len(data["y"]))))  # fmt: skip
         batches = g[:600].reshape(20, 30, -1).mean(axis=1)  # batch means absorb NUTS's autocorrelation
         assert np.all(np.abs(g.mean(axis=0)) < 4 * batches.std(axis=0, ddof=1) / np.sqrt(20))
+
+
+def dirichlet_shares(x, y=None):
+    """Compositions: the shares of three parts, each one's concentration a log-linear regression."""
+    a = numpyro.sample("a", dist.Normal(0, 2).expand([3]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0, 2).expand([3]).to_event(1))
+    with numpyro.plate("rows", x.shape[0]):
+        numpyro.sample("y", dist.Dirichlet(jnp.exp(a + b * x[:, None])), obs=y)
+
+
+def test_a_composition_lies_on_the_simplex_through_its_stick_breaking_bijection():
+    """A Dirichlet response takes the simplex from its distribution (it was refused as a vector event):
+    its K shares are K − 1 unconstrained coordinates, centred on the even composition, and the round
+    trip through them is exact. The data put back together that way give the posterior's score a mean of
+    zero under its draws (the Stein identity), and the same shares put in another order do not. A column
+    declared a simplex needs two entries or more per row; ``"simplex"`` is a name support= takes."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=60)
+    shares = np.exp(np.array([1.0, 0.5, 1.5]) + np.outer(x, [0.8, -0.5, 0.0]))
+    data = {"x": x, "y": np.stack([rng.dirichlet(a) for a in shares])}
+    draws = nuts(dirichlet_shares, **data)
+    release = prepare_release(dirichlet_shares, draws, {"x": (), "y": (3,)})
+    layout = release.layout
+    assert layout.support("y") is constraints.simplex
+    assert layout.widths(False) == {"x": 1, "y": 2} and layout.dim == 3 and layout.unbounded() == {"x"}
+    np.testing.assert_allclose(layout.example(1)["y"], [[1 / 3, 1 / 3, 1 / 3]])
+    z = layout.unconstrain({k: jnp.asarray(v) for k, v in data.items()})
+    assert z.shape == (60, 3)
+    back = layout.assemble(z, jnp.zeros((60, 0)))
+    np.testing.assert_allclose(back["y"], data["y"], rtol=1e-9)
+    np.testing.assert_allclose(back["x"], x)
+
+    score = jax.jit(jax.vmap(jax.grad(release.weighted_model.log_density), (0, None, None)))
+
+    def z_scores(points: dict[str, jax.Array]) -> np.ndarray:
+        g = np.asarray(score(jnp.asarray(release.theta), points, jnp.ones(60)))
+        batches = g[:600].reshape(20, 30, -1).mean(axis=1)  # batch means absorb NUTS's autocorrelation
+        return g.mean(axis=0) / (batches.std(axis=0, ddof=1) / np.sqrt(20))
+
+    assert np.all(np.abs(z_scores(back)) < 4)
+    assert np.max(np.abs(z_scores({**back, "y": back["y"][:, ::-1]}))) > 10
+
+    assert constraint_named("simplex") is constraints.simplex
+    for shape in ((), (1,)):
+        with pytest.raises(
+            br.ReconError, match=rf"'x' lies on the simplex.*shape {re.escape(str(shape))}.*--free x:3"
+        ):
+            prepare_release(dirichlet_shares, draws, {"x": shape, "y": (3,)}, support={"x": "simplex"})
 
 
 def test_a_parameter_that_never_moves_in_the_draws_is_named():
