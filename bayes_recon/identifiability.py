@@ -493,11 +493,12 @@ def check_posterior(
 
 
 def _variables(layout: pseudo.Layout, logs: bool) -> tuple[Variable, ...]:
-    """The scalar coordinates of the free columns; with ``logs``, those of positive columns as logs."""
+    """The scalar coordinates of the free columns; with ``logs``, those of positive columns and of
+    compositions (a simplex: a Dirichlet's statistics are its shares' logs) as logs."""
     out = []
     for name, shape in layout.shapes.items():
         support = layout.support(name)
-        log = logs and support is constraints.positive
+        log = logs and support in (constraints.positive, constraints.simplex)
         width = int(np.prod(shape, dtype=int))
         out += [Variable(name, i if shape else None, log, pseudo.is_binary(support)) for i in range(width)]
     return tuple(out)

@@ -295,3 +295,18 @@ def test_dummies_of_one_variable_have_no_product_statistic(shared_db):
     assert check.exact is True
     assert "age30_44·age45_64 = 0" in check.identifiability.aliases
     assert not any("age30_44·age45_64" in name for name in check.identifiability.names)
+
+
+def shares(y=None):
+    concentration = numpyro.sample("concentration", dist.Gamma(2.0, 1.0).expand([3]).to_event(1))
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("y", dist.Dirichlet(concentration), obs=y)
+
+
+def test_a_compositions_statistics_are_the_logs_of_its_shares():
+    """A Dirichlet's sufficient statistics are the sums of its shares' logs: its features are polynomials
+    of degree 1 in the logs of a composition (support simplex), as in those of a positive column."""
+    draws = {"concentration": np.random.default_rng(0).gamma(2.0, 1.0, size=(300, 3))}
+    found = identifiable_statistics(shares, draws, {"y": (3,)})
+    assert found.polynomial and found.degree == 1 and found.rank == 4
+    assert set(found.names) == {"N", "Σ log y[0]", "Σ log y[1]", "Σ log y[2]"}
