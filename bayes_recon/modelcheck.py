@@ -467,8 +467,27 @@ def latent_shapes(
             "variable, as in eight_schools): the posterior of the shared parameters does not pin down "
             "a data measure, so this attack does not apply. Use a model whose latent variables are "
             "shared by all data points (or marginalise the per-point ones)."
+            + _summed_out(model, layout, fixed, per_point)
         )
     return {k: shape for k, shape in three.items() if k not in observed}
+
+
+def _summed_out(
+    model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], per_point: list[str]
+) -> str:
+    """How to marginalise the discrete ones of the latent sites ``per_point`` (a mixture's component drawn
+    per row, NumPyro's enumerated idiom), or nothing where none is discrete."""
+    trace = probe_trace(model, {**fixed, **layout.example(3)})
+    discrete = [k for k in per_point if k in trace and trace[k]["fn"].is_discrete]
+    if not discrete:
+        return ""
+    return (
+        f" {discrete} is discrete (a mixture's component or a class per row): sum it out in the row's "
+        "likelihood, as dist.MixtureSameFamily(dist.Categorical(weights), dist.Normal(mu, sigma)) does for "
+        "a mixture of normals (dist.MixtureGeneral for components of different families). NumPyro's "
+        "enumeration (infer={'enumerate': 'parallel'}, needing funsor) sums it out inside NUTS, not in "
+        "the model as the attack runs it."
+    )
 
 
 def prior_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any]) -> frozenset[str]:

@@ -489,6 +489,32 @@ def test_a_parameter_per_row_is_refused_however_it_is_indexed():
         prepare_release(eight_schools, draws, ["sigma", "y"], support={"sigma": constraints.positive})
 
 
+def test_a_discrete_latent_per_row_is_refused_with_the_mixture_that_sums_it_out():
+    """NumPyro's enumerated mixture (a component drawn per row) is a latent per row to the attack, which runs
+    the model without funsor's enumeration: refused, naming the MixtureSameFamily that sums it out; a
+    continuous latent per row gets no such advice."""
+
+    def enumerated(y=None):
+        weights = numpyro.sample("weights", dist.Dirichlet(jnp.ones(2)))
+        mu = numpyro.sample("mu", dist.Normal(0, 5).expand([2]).to_event(1))
+        with numpyro.plate("rows", y.shape[0]):
+            z = numpyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
+            numpyro.sample("y", dist.Normal(mu[z], 1.0), obs=y)
+
+    def effects(y=None):
+        mu = numpyro.sample("mu", dist.Normal(0, 5))
+        with numpyro.plate("rows", y.shape[0]):
+            numpyro.sample("y", dist.Normal(numpyro.sample("effect", dist.Normal(mu, 1.0)), 1.0), obs=y)
+
+    rng = np.random.default_rng(0)
+    draws = {"weights": rng.dirichlet([1, 1], 50), "mu": rng.normal(size=(50, 2))}
+    with pytest.raises(br.ReconError, match=r"\['z'\] is discrete.*dist.MixtureSameFamily"):
+        prepare_release(enumerated, draws, ["y"])
+    with pytest.raises(br.ReconError, match="per-point latent") as refused:
+        prepare_release(effects, {"mu": rng.normal(size=50)}, ["y"])
+    assert "MixtureSameFamily" not in str(refused.value)
+
+
 def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
     """Stan's style, model(N, K, X, y, scale) with plate("rows", N): N takes the pseudo-data's row count at
     every call (it was a shape error), with X named in a list or given its shape, and draws kept by
