@@ -174,6 +174,14 @@ def column_supports(
                 "where it does not (a beta-binomial's trials share one draw of its probability), trials "
                 "that differ by row are beyond this attack.",
             )
+        if found is None and support.is_discrete and support.event_dim:
+            raise ReconError(
+                f"{whose} {column!r} has support {support}: a vector of counts per row (a Multinomial's), "
+                "which the attack cannot parametrise. To the posterior, a row of counts y is y[k] rows of "
+                "class k (the multinomial coefficient is a constant): attack the same draws through the "
+                "model written with one dist.Categorical row per trial, the class labels free "
+                f"({column!r} a whole number per row), and the trials are what it reconstructs."
+            )
         if found is None:
             raise ReconError(
                 f"{whose} {column!r} has support {support}, which the attack cannot parametrise (a vector "

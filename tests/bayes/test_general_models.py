@@ -515,6 +515,25 @@ def test_a_discrete_latent_per_row_is_refused_with_the_mixture_that_sums_it_out(
     assert "MixtureSameFamily" not in str(refused.value)
 
 
+def test_counts_of_classes_per_row_are_refused_with_the_categorical_rows_of_the_same_posterior():
+    """A Multinomial row of counts y is, to the posterior, y[k] Categorical rows of class k: their
+    log-likelihoods differ by the multinomial coefficient alone, the same at every θ. The refusal names
+    that model, which takes the same draws."""
+
+    def counts(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 2).expand([3]).to_event(1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Multinomial(10, logits=b * x[:, None]), obs=y)
+
+    rng = np.random.default_rng(0)
+    b, x, y = rng.normal(size=(20, 3)), np.array([0.3, -1.2]), np.array([[2, 5, 3], [0, 1, 9]])
+    rows = dist.Multinomial(10, logits=b[:, None, :] * x[:, None]).log_prob(y)  # (θ, row)
+    trials = (y * jax.nn.log_softmax(b[:, None, :] * x[:, None], axis=-1)).sum(-1)
+    assert np.ptp(np.asarray(rows - trials), axis=0).max() < 1e-9
+    with pytest.raises(br.ReconError, match=r"vector of counts per row.*one dist.Categorical row per trial"):
+        prepare_release(counts, {"b": b}, {"x": (), "y": (3,)})
+
+
 def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
     """Stan's style, model(N, K, X, y, scale) with plate("rows", N): N takes the pseudo-data's row count at
     every call (it was a shape error), with X named in a list or given its shape, and draws kept by
