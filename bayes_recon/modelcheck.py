@@ -477,7 +477,10 @@ def _summed_out(
 ) -> str:
     """How to marginalise the discrete ones of the latent sites ``per_point`` (a mixture's component drawn
     per row, NumPyro's enumerated idiom), or nothing where none is discrete."""
-    trace = probe_trace(model, {**fixed, **layout.example(3)})
+    try:
+        trace = probe_trace(model, {**fixed, **layout.example(3)})
+    except Exception:  # the refusal stands without the advice
+        return ""
     discrete = [k for k in per_point if k in trace and trace[k]["fn"].is_discrete]
     if not discrete:
         return ""

@@ -123,7 +123,10 @@ def response_coordinates(
                 own_row = np.allclose(scaled[name][:, element], unit[:, element] * np.asarray(row_tangent))
                 if alone and own_row and np.all(unit[:, element] != 0):
                     column, index = owner[d]
-                    direct = np.allclose(at_probe[name][:, element], constrained[column][:, index])
+                    # a composition's coordinate is not one of its entries: solved for, as a transform is
+                    direct = layout.support(column).event_dim == 0 and np.allclose(
+                        at_probe[name][:, element], constrained[column][:, index]
+                    )
                     found[d] = Response(name, element, bool(direct), column)
     return found
 

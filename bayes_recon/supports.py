@@ -72,8 +72,10 @@ def relaxed(support: Constraint) -> Constraint | None:
         return None if low is None or high is None else constraints.interval(low, high)
     if support is constraints.simplex:  # compositions, through NumPyro's stick-breaking bijection
         return support
-    if isinstance(support, constraints.independent) and support.base_constraint.event_dim == 0:
-        return relaxed(support.base_constraint)  # a vector of scalars, each on one support (real_vector)
+    if isinstance(support, constraints.independent) and (
+        support.base_constraint.event_dim == 0 or support.base_constraint is constraints.simplex
+    ):  # a vector of scalars, each on one support (real_vector); rows of compositions as one event
+        return relaxed(support.base_constraint)
     if support.is_discrete or support.event_dim != 0:
         return None
     return support
@@ -161,6 +163,16 @@ def column_supports(
             )
 
     def parametrised(column: str, support: Constraint, whose: str) -> Constraint:
+        if support.is_discrete and support.event_dim:
+            raise ReconError(
+                f"{whose} {column!r} has support {support}: a vector of counts per row (a Multinomial's), "
+                "which the attack cannot parametrise. To the posterior, a row of counts y is y[k] rows of "
+                "class k (the multinomial coefficient is a constant): attack the same draws through the "
+                "model written with one dist.Categorical row per trial, the class labels free "
+                f"({column!r} a whole number per row), and the trials are what it reconstructs. Not so a "
+                "DirichletMultinomial, whose trials in a row share one draw of the probabilities: its rows "
+                "are beyond this attack."
+            )
         found = relaxed(support)
         bounds = [getattr(support, b, None) for b in ("lower_bound", "upper_bound")]
         if found is None and any(b is not None and pseudo.common_bound(b) is None for b in bounds):
@@ -174,20 +186,12 @@ def column_supports(
                 "where it does not (a beta-binomial's trials share one draw of its probability), trials "
                 "that differ by row are beyond this attack.",
             )
-        if found is None and support.is_discrete and support.event_dim:
-            raise ReconError(
-                f"{whose} {column!r} has support {support}: a vector of counts per row (a Multinomial's), "
-                "which the attack cannot parametrise. To the posterior, a row of counts y is y[k] rows of "
-                "class k (the multinomial coefficient is a constant): attack the same draws through the "
-                "model written with one dist.Categorical row per trial, the class labels free "
-                f"({column!r} a whole number per row), and the trials are what it reconstructs."
-            )
         if found is None:
             raise ReconError(
                 f"{whose} {column!r} has support {support}, which the attack cannot parametrise (a vector "
                 "event other than a simplex, or per-row bounds). Give it a scalar constraint with "
-                "support={...} (real, positive, unit_interval, boolean, nonnegative_integer, ...) or leave "
-                "it out of 'free'."
+                "support={...} (real, positive, unit_interval, boolean, nonnegative_integer, ...), a "
+                "vector's shares simplex, or leave it out of 'free'."
             )
         if found is constraints.simplex and shapes[column][-1:] in ((), (0,), (1,)):
             raise ReconError(
@@ -292,6 +296,13 @@ def values_outside(given: Constraint, support: Constraint) -> list[float]:
     bounds = [getattr(support, b) for b in ("lower_bound", "upper_bound") if hasattr(support, b)]
     if any(pseudo.common_bound(b) is None for b in bounds):
         return []
+    if given.event_dim:  # a composition is checked whole, not share by share
+        vector = biject_to(given)(jnp.linspace(-1.0, 1.0, 2))
+        try:
+            held = bool(np.all(np.asarray(support.check(vector))))
+        except Exception:
+            return []
+        return [] if held else [float(f"{v:.3g}") for v in np.asarray(vector)]
     levels = pseudo.levels(support)
     between = constraints.interval(levels[0], levels[-1]) if levels else relaxed(support) or support
     given_levels = pseudo.levels(given)

@@ -240,9 +240,10 @@ def dirichlet_shares(x, y=None):
 def test_a_composition_lies_on_the_simplex_through_its_stick_breaking_bijection():
     """A Dirichlet response takes the simplex from its distribution (it was refused as a vector event):
     its K shares are K − 1 unconstrained coordinates, centred on the even composition, and the round
-    trip through them is exact. The data put back together that way give the posterior's score a mean of
-    zero under its draws (the Stein identity), and the same shares put in another order do not. A column
-    declared a simplex needs two entries or more per row; ``"simplex"`` is a name support= takes."""
+    trip through them is exact. The weighted model reads the compositions so put together as rows: the
+    posterior's score has a mean of zero under its draws (the Stein identity), and with the same shares in
+    another order it does not. A column declared a simplex needs two entries or more per row; ``"simplex"``
+    is a name support= takes, and declared on the Dirichlet's response it is the response's own."""
     rng = np.random.default_rng(5)
     x = rng.normal(size=60)
     shares = np.exp(np.array([1.0, 0.5, 1.5]) + np.outer(x, [0.8, -0.5, 0.0]))
@@ -270,6 +271,8 @@ def test_a_composition_lies_on_the_simplex_through_its_stick_breaking_bijection(
     assert np.max(np.abs(z_scores({**back, "y": back["y"][:, ::-1]}))) > 10
 
     assert constraint_named("simplex") is constraints.simplex
+    declared = prepare_release(dirichlet_shares, draws, {"x": (), "y": (3,)}, support={"y": "simplex"})
+    assert declared.layout.support("y") is constraints.simplex  # was refused: checked share by share
     for shape in ((), (1,)):
         with pytest.raises(
             br.ReconError, match=rf"'x' lies on the simplex.*shape {re.escape(str(shape))}.*--free x:3"
@@ -530,8 +533,17 @@ def test_counts_of_classes_per_row_are_refused_with_the_categorical_rows_of_the_
     rows = dist.Multinomial(10, logits=b[:, None, :] * x[:, None]).log_prob(y)  # (θ, row)
     trials = (y * jax.nn.log_softmax(b[:, None, :] * x[:, None], axis=-1)).sum(-1)
     assert np.ptp(np.asarray(rows - trials), axis=0).max() < 1e-9
-    with pytest.raises(br.ReconError, match=r"vector of counts per row.*one dist.Categorical row per trial"):
-        prepare_release(counts, {"b": b}, {"x": (), "y": (3,)})
+
+    def totals(x, y=None):  # NumPyro's idiom: each row's trials its counts' sum, a bound that differs by row
+        b = numpyro.sample("b", dist.Normal(0, 2).expand([3]).to_event(1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Multinomial(y.sum(-1), logits=b * x[:, None]), obs=y)
+
+    for model in (counts, totals):
+        with pytest.raises(
+            br.ReconError, match=r"vector of counts per row.*one dist.Categorical row per trial"
+        ):
+            prepare_release(model, {"b": b}, {"x": (), "y": (3,)})
 
 
 def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
