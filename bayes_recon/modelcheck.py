@@ -697,6 +697,12 @@ def check_data_support(
     ``given`` support, or the support of the distribution of an observed site (y = 2.5 under a Poisson)."""
     for name, support in given.items():
         where = f"the support given for it, {_named(support)},"
+        if np.ndim(columns[name]) <= support.event_dim:  # a vector's support on one number per row
+            raise ReconError(
+                f"the data column {name!r} holds one number per row, but {where} holds a vector per row "
+                f"(a composition's shares): give the column its entries ({name}.1, {name}.2, ... in a "
+                "CSV file) or another support"
+            )
         _inside(support, columns[name], f"the data column {name!r}", where)
     try:
         trace = probe_trace(model, {**fixed, **{k: jnp.asarray(v) for k, v in columns.items()}})

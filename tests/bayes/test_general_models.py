@@ -271,6 +271,8 @@ def test_a_composition_lies_on_the_simplex_through_its_stick_breaking_bijection(
     assert np.max(np.abs(z_scores({**back, "y": back["y"][:, ::-1]}))) > 10
 
     assert constraint_named("simplex") is constraints.simplex
+    with pytest.raises(br.ReconError, match=r"'x' holds one number per row, but .*simplex.*x\.1, x\.2"):
+        check_data_support(dirichlet_shares, data, {}, {"x": constraints.simplex})
     declared = prepare_release(dirichlet_shares, draws, {"x": (), "y": (3,)}, support={"y": "simplex"})
     assert declared.layout.support("y") is constraints.simplex  # was refused: checked share by share
     for shape in ((), (1,)):
