@@ -297,10 +297,10 @@ def values_outside(given: Constraint, support: Constraint) -> list[float]:
     if any(pseudo.common_bound(b) is None for b in bounds):
         return []
     if given.event_dim:  # a composition is checked whole, not share by share
-        vector = biject_to(given)(jnp.linspace(-1.0, 1.0, 2))
         try:
+            vector = biject_to(given)(jnp.linspace(-1.0, 1.0, 2))
             held = bool(np.all(np.asarray(support.check(vector))))
-        except Exception:
+        except Exception:  # as below: a constraint without a bijection or a check is not this check's
             return []
         return [] if held else [float(f"{v:.3g}") for v in np.asarray(vector)]
     levels = pseudo.levels(support)
