@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -194,6 +196,17 @@ def three_components(y=None):
         numpyro.sample("y", dist.MixtureSameFamily(dist.Categorical(theta), dist.Normal(mu, 1.0)), obs=y)
 
 
+def stein_z_scores(release: Any, data: Mapping[str, Any]) -> np.ndarray:
+    """The posterior's score on ``data``, every row of weight 1, averaged over the release's first 600 draws,
+    per coordinate in units of its Monte Carlo standard error (from batch means, which absorb NUTS's
+    autocorrelation): near 0 where the draws are the posterior of these data (the Stein identity)."""
+    score = jax.jit(jax.vmap(jax.grad(release.weighted_model.log_density), (0, None, None)))
+    rows = {k: jnp.asarray(v) for k, v in data.items()}
+    g = np.asarray(score(jnp.asarray(release.theta), rows, jnp.ones(len(rows["y"]))))
+    batches = g[:600].reshape(20, 30, -1).mean(axis=1)
+    return g.mean(axis=0) / (batches.std(axis=0, ddof=1) / np.sqrt(20))
+
+
 def test_latent_sites_are_flattened_in_their_unconstrained_size():
     """A simplex of 3 has 2 unconstrained coordinates and a 2 × 2 correlation's Cholesky factor 1 (whose
     first row never moves in the draws); both were flattened at their constrained size, and the model
@@ -222,11 +235,7 @@ def test_latent_sites_are_flattened_in_their_unconstrained_size():
         release = prepare_release(model, draws, {k: v.shape[1:] for k, v in data.items()})
         assert release.layout.support("y") is constraints.real
         assert release.weighted_model.dim == dim and release.weighted_model.coordinate_names == names
-        score = jax.jit(jax.vmap(jax.grad(release.weighted_model.log_density), (0, None, None)))
-        g = np.asarray(score(jnp.asarray(release.theta), {k: jnp.asarray(v) for k, v in data.items()},
-                             jnp.ones(len(data["y"]))))  # fmt: skip
-        batches = g[:600].reshape(20, 30, -1).mean(axis=1)  # batch means absorb NUTS's autocorrelation
-        assert np.all(np.abs(g.mean(axis=0)) < 4 * batches.std(axis=0, ddof=1) / np.sqrt(20))
+        assert np.all(np.abs(stein_z_scores(release, data)) < 4)
 
 
 def dirichlet_shares(x, y=None):
@@ -259,16 +268,8 @@ def test_a_composition_lies_on_the_simplex_through_its_stick_breaking_bijection(
     back = layout.assemble(z, jnp.zeros((60, 0)))
     np.testing.assert_allclose(back["y"], data["y"], rtol=1e-9)
     np.testing.assert_allclose(back["x"], x)
-
-    score = jax.jit(jax.vmap(jax.grad(release.weighted_model.log_density), (0, None, None)))
-
-    def z_scores(points: dict[str, jax.Array]) -> np.ndarray:
-        g = np.asarray(score(jnp.asarray(release.theta), points, jnp.ones(60)))
-        batches = g[:600].reshape(20, 30, -1).mean(axis=1)  # batch means absorb NUTS's autocorrelation
-        return g.mean(axis=0) / (batches.std(axis=0, ddof=1) / np.sqrt(20))
-
-    assert np.all(np.abs(z_scores(back)) < 4)
-    assert np.max(np.abs(z_scores({**back, "y": back["y"][:, ::-1]}))) > 10
+    assert np.all(np.abs(stein_z_scores(release, back)) < 4)
+    assert np.max(np.abs(stein_z_scores(release, {**back, "y": back["y"][:, ::-1]}))) > 10
 
     assert constraint_named("simplex") is constraints.simplex
     with pytest.raises(br.ReconError, match=r"'x' holds one number per row, but .*simplex.*x\.1, x\.2"):
@@ -525,10 +526,13 @@ def test_counts_of_classes_per_row_are_refused_with_the_categorical_rows_of_the_
     log-likelihoods differ by the multinomial coefficient alone, the same at every θ. The refusal names
     that model, which takes the same draws."""
 
-    def counts(x, y=None):
-        b = numpyro.sample("b", dist.Normal(0, 2).expand([3]).to_event(1))
-        with numpyro.plate("rows", x.shape[0]):
-            numpyro.sample("y", dist.Multinomial(10, logits=b * x[:, None]), obs=y)
+    def counts_of(trials: Callable[[Any], Any]) -> Callable:
+        def counts(x, y=None):
+            b = numpyro.sample("b", dist.Normal(0, 2).expand([3]).to_event(1))
+            with numpyro.plate("rows", x.shape[0]):
+                numpyro.sample("y", dist.Multinomial(trials(y), logits=b * x[:, None]), obs=y)
+
+        return counts
 
     rng = np.random.default_rng(0)
     b, x, y = rng.normal(size=(20, 3)), np.array([0.3, -1.2]), np.array([[2, 5, 3], [0, 1, 9]])
@@ -536,12 +540,8 @@ def test_counts_of_classes_per_row_are_refused_with_the_categorical_rows_of_the_
     trials = (y * jax.nn.log_softmax(b[:, None, :] * x[:, None], axis=-1)).sum(-1)
     assert np.ptp(np.asarray(rows - trials), axis=0).max() < 1e-9
 
-    def totals(x, y=None):  # NumPyro's idiom: each row's trials its counts' sum, a bound that differs by row
-        b = numpyro.sample("b", dist.Normal(0, 2).expand([3]).to_event(1))
-        with numpyro.plate("rows", x.shape[0]):
-            numpyro.sample("y", dist.Multinomial(y.sum(-1), logits=b * x[:, None]), obs=y)
-
-    for model in (counts, totals):
+    # ten trials a row, and NumPyro's idiom: each row's trials its counts' sum, a bound that differs by row
+    for model in (counts_of(lambda y: 10), counts_of(lambda y: y.sum(-1))):
         with pytest.raises(
             br.ReconError, match=r"vector of counts per row.*one dist.Categorical row per trial"
         ):
