@@ -731,7 +731,12 @@ def _inside(support: Constraint, values: Any, what: str, where: str) -> None:
     if not inside.all():
         first = tuple(int(i) for i in np.argwhere(~inside)[0])
         row = f"(first in row {first[0]}: {values[first].tolist()})" if first else "(a single value)"
+        hint = (
+            "shares of a whole sum to 1: rounded when written? keep more digits or divide each row by its sum"
+            if support is constraints.simplex
+            else "the right column? a count written as a fraction?"
+        )
         raise ReconError(
             f"{what} has {int((~inside).sum())} value(s) outside {where} {row}; check the data "
-            "file (the right column? a count written as a fraction?) or the model"
+            f"file ({hint}) or the model"
         )

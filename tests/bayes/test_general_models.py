@@ -274,6 +274,11 @@ def test_a_composition_lies_on_the_simplex_through_its_stick_breaking_bijection(
     assert constraint_named("simplex") is constraints.simplex
     with pytest.raises(br.ReconError, match=r"'x' holds one number per row, but .*simplex.*x\.1, x\.2"):
         check_data_support(dirichlet_shares, data, {}, {"x": constraints.simplex})
+    rounded = {**data, "y": np.round(data["y"], 2)}  # shares written with two digits: some sum to 0.99
+    with pytest.raises(
+        br.ReconError, match=r"observed site 'y' .* outside .*simplex.*divide each row by its sum"
+    ):
+        check_data_support(dirichlet_shares, rounded, {}, {})
     declared = prepare_release(dirichlet_shares, draws, {"x": (), "y": (3,)}, support={"y": "simplex"})
     assert declared.layout.support("y") is constraints.simplex  # was refused: checked share by share
     for shape in ((), (1,)):
