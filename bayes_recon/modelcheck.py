@@ -33,7 +33,7 @@ from bayes_recon.supports import (
     counted_columns,
     whole_numbers,
 )
-from bayes_recon.weighting import WeightedModel, probe_trace
+from bayes_recon.weighting import WeightedModel, probe_trace, whole_plates
 from recon_core.errors import ReconError
 
 Array = jax.Array
@@ -66,8 +66,9 @@ def prepare_release(
     fixed: Mapping[str, Any] | None = None,
     support: Mapping[str, Constraint | str] | None = None,
 ) -> Release:
-    """Check the call and the draws against the model; take the free columns' supports from the model."""
-    fixed, draws = dict(fixed or {}), as_draws(draws)
+    """Check the call and the draws against the model (its plates over all their rows: :class:`whole_plates`);
+    take the free columns' supports from the model."""
+    model, fixed, draws = whole_plates(model), dict(fixed or {}), as_draws(draws)
     support = {k: _support_named(k, v) if isinstance(v, str) else v for k, v in (support or {}).items()}
     units: tuple[str, np.ndarray] | None = None
     shapes = free_shapes(free)
@@ -248,6 +249,11 @@ def fixed_rows_adapted(
             if found is not None or differing:  # those are tried next, with this one settled
                 fixed = one
                 continue
+        layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
+        if masked := masked_sites(model, layout, fixed, n):
+            raise ReconError(
+                f"fixed {name!r} has one value per data row ({n}), and {_masked_message(masked, False)}"
+            )
         make_free = f"{_made_free(name, values)}, and the attack reconstructs it with the rest."
         sizes = values.dtype.kind in "iuf" and values.min() >= 0
         if one_value or not sizes:
@@ -404,9 +410,11 @@ def runs_with_shapes(
 ) -> bool:
     """Whether the model runs on pseudo-rows of these per-row shapes with latent sites of the draws'
     shapes (never with a discrete vector per row, which would make 2^length strata)."""
+    vectors = [k for k, shape in shapes.items() if shape]
+    if any(pseudo.is_discrete(support.get(k, constraints.real)) for k in vectors):
+        return False  # declared so: its strata are not even listed (a mask's length of the draws: 2^20)
     try:
         supports = column_supports(model, shapes, fixed, support)
-        vectors = [k for k, shape in shapes.items() if shape]
         if any(pseudo.is_discrete(supports.get(k, constraints.real)) for k in vectors):
             return False
         latent = latent_shapes(model, pseudo.Layout(shapes, supports), fixed)
@@ -461,6 +469,9 @@ def latent_shapes(
     if not observed:
         raise ReconError(_NO_ROWS_OBSERVED)
     per_point = [k for k in three if k not in observed and three[k] != four[k]]
+    masked = masked_sites(model, layout, fixed, 3) if per_point else []
+    if masked:  # not a design matrix's miscounted columns: refused as it is, not retried
+        raise ReconError(_masked_message(masked, True))
     if per_point:
         raise LatentGrowsWithRows(
             f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
@@ -470,6 +481,34 @@ def latent_shapes(
             + _summed_out(model, layout, fixed, per_point)
         )
     return {k: shape for k, shape in three.items() if k not in observed}
+
+
+def masked_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], n: int) -> list[str]:
+    """The sites the model observes with ``obs_mask`` on n pseudo-rows: NumPyro splits such a site y into
+    an observed y_observed and a latent y_unobserved, one value per masked entry."""
+    try:
+        trace = probe_trace(model, {**fixed, **layout.example(n)})
+    except Exception:  # a model that fails here is refused elsewhere, by what failed
+        return []
+    return [
+        name.removesuffix("_unobserved")
+        for name, site in trace.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and name.endswith("_unobserved")
+        and trace.get(name.removesuffix("_unobserved") + "_observed", {}).get("is_observed")
+    ]
+
+
+def _masked_message(masked: list[str], first: bool) -> str:
+    hidden = [f"{name}_unobserved" for name in masked]
+    return (
+        f"{'The' if first else 'the'} model observes {masked} with obs_mask: NumPyro makes the masked "
+        f"entries latent sites ({hidden}), one per missing value, which no pseudo-data can stand for. The "
+        "released parameters depend on the observed entries alone: attack the rows observed whole, with the "
+        f"model called without the mask (leave it out of fixed and free); the draws of {hidden} are then "
+        "ignored."
+    )
 
 
 def _summed_out(

@@ -29,7 +29,7 @@ carries the leading stratum axis C (C = 1 without discrete columns).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -133,9 +133,10 @@ class Layout:
     supports: Mapping[str, Constraint]
 
     def __post_init__(self) -> None:
-        if len(self.strata) > MAX_STRATA:
+        # counted without listing them all: a column with a row's worth of binary entries has 2^N
+        if sum(1 for _ in itertools.islice(self._combinations(), MAX_STRATA + 1)) > MAX_STRATA:
             raise ReconError(
-                f"{self.discrete_dim} binary or discrete data coordinates make {len(self.strata)} "
+                f"{self.discrete_dim} binary or discrete data coordinates make over {MAX_STRATA} "
                 "combinations of values; the pseudo-data has M points per combination, so at most "
                 f"{MAX_STRATA} are supported. "
                 "Declare the indicators of one categorical variable support=bayes_recon.Dummy(variable), "
@@ -182,15 +183,16 @@ class Layout:
     @property
     def strata(self) -> Array:
         """The C combinations of discrete values the data can take, (C, B): at most one dummy per variable."""
+        combinations = list(self._combinations())
+        return jnp.asarray(combinations, dtype=float).reshape(len(combinations), self.discrete_dim)
+
+    def _combinations(self) -> Iterator[tuple[float, ...]]:
         coordinates = [self.support(name) for name, width in self.widths(True).items() for _ in range(width)]
         variables = [getattr(support, "variable", None) for support in coordinates]
         exclusive = [[i for i, v in enumerate(variables) if v == var] for var in set(variables) - {None}]
-        combinations = [
-            bits
-            for bits in itertools.product(*(levels(support) for support in coordinates))
-            if all(sum(bits[i] for i in group) <= 1 for group in exclusive)
-        ]
-        return jnp.asarray(combinations, dtype=float).reshape(len(combinations), self.discrete_dim)
+        for bits in itertools.product(*(levels(support) for support in coordinates)):
+            if all(sum(bits[i] for i in group) <= 1 for group in exclusive):
+                yield bits
 
     def assemble(self, z: Array, bits: Array) -> dict[str, Array]:
         """(M, D) unconstrained and (M, B) discrete coordinates → {name: (M, *shape)} on each support."""

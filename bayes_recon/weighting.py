@@ -103,6 +103,17 @@ class rows_in_batch(Messenger):
             msg["fn"] = with_rows_in_batch(msg["fn"], msg["value"])
 
 
+class whole_plates(Messenger):
+    """Every plate over all of its rows: a model written for SVI subsamples them
+    (``plate("rows", N, subsample_size=B)``, its likelihood scaled by N / B), which NUTS cannot sample
+    and the attack's pseudo-rows must not go through; its posterior is the one over all the rows."""
+
+    def process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "plate":
+            size = msg["args"][0]
+            msg["args"], msg["value"] = (size, None), jnp.arange(size)
+
+
 def probe_trace(model: Callable, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The model's trace on ``kwargs``, its latent sites at NumPyro's uniform initial values and its rows in
     the batch (:class:`rows_in_batch`): what the checks read the model's sites from."""
@@ -220,6 +231,8 @@ class _GammaPoissonByLgamma(GammaPoisson):
     """
 
     def log_prob(self, value: Array) -> Array:
+        # a data set's counts may be integers, through which xlog1py's derivative fails
+        value = jnp.asarray(value, dtype=jnp.result_type(float))
         return (
             gammaln(self.concentration + value)
             - gammaln(self.concentration)

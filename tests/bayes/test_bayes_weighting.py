@@ -265,3 +265,11 @@ def test_a_negative_binomial_is_evaluated_by_log_gammas_to_scipys_precision():
         np.testing.assert_allclose(relaxed.log_prob(counts), expected, atol=1e-9, rtol=1e-12)
         np.testing.assert_allclose(model.log_prob(counts), expected, atol=2e-6)
         assert np.all(np.isfinite(jax.vmap(jax.grad(relaxed.log_prob))(jnp.linspace(0.05, 50.5, 40))))
+
+    # a data set's counts as integers (a zero-inflated count evaluates them as given): differentiable in
+    # the parameters, as the same counts as floats
+    def slope(counts: jax.Array) -> jax.Array:
+        inflated = lambda phi: unvalidated(dist.ZeroInflatedNegativeBinomial2(5.0, phi, gate=0.3))  # noqa: E731
+        return jax.grad(lambda phi: jnp.sum(inflated(phi).log_prob(counts)))(2.0)
+
+    np.testing.assert_allclose(slope(jnp.arange(20)), slope(jnp.arange(20.0)), rtol=1e-12)

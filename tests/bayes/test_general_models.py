@@ -526,6 +526,69 @@ def test_a_discrete_latent_per_row_is_refused_with_the_mixture_that_sums_it_out(
     assert "MixtureSameFamily" not in str(refused.value)
 
 
+def test_missing_responses_imputed_by_obs_mask_are_refused_with_the_complete_rows_attack():
+    """NumPyro's obs_mask makes the masked entries a latent site y_unobserved, one per missing value: a
+    latent per row, however the mask comes in (fixed per row, or fixed inside the model). The refusal
+    says so and what works: the complete rows, the model called without the mask, which takes the same
+    draws (y_unobserved ignored)."""
+
+    def masked(x, y=None, mask=None):
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(b * x, 1.0), obs=y, obs_mask=mask)
+
+    def closure(x, y=None):
+        return masked(x, y, mask=jnp.arange(x.shape[0]) % 7 != 0)
+
+    rng = np.random.default_rng(0)
+    draws = {"b": rng.normal(size=50), "y_unobserved": rng.normal(size=(50, 3))}
+    mask = np.arange(20) % 7 != 0
+    with pytest.raises(br.ReconError, match=r"fixed 'mask' has one value per data row \(20\), and the model "
+                       r"observes \['y'\] with obs_mask.*\['y_unobserved'\].*without the mask"):  # fmt: skip
+        prepare_release(masked, draws, ["x", "y"], {"mask": mask})
+    with pytest.raises(br.ReconError, match=r"^The model observes \['y'\] with obs_mask"):
+        prepare_release(closure, draws, ["x", "y"])
+    assert prepare_release(masked, draws, ["x", "y"]).layout.shapes == {"x": (), "y": ()}
+
+
+def test_a_model_written_for_svi_is_attacked_over_all_its_rows():
+    """plate(..., subsample_size=B) scales a subsample's likelihood by N / B and needs a random key that
+    NUTS has not: the attack runs every plate over all its rows, so the weighted likelihood is the full
+    model's, row for row."""
+
+    def full(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(b * x, 1.0), obs=y)
+
+    def subsampled(x, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0], subsample_size=4) as rows:
+            numpyro.sample("y", dist.Normal(b * x[rows], 1.0), obs=None if y is None else y[rows])
+
+    draws = {"b": np.random.default_rng(1).normal(size=50)}
+    data = {"x": jnp.linspace(-1.0, 1.0, 10), "y": jnp.linspace(0.5, 2.0, 10)}
+    weights, theta = jnp.linspace(0.5, 1.5, 10), jnp.array([0.7])
+    per_row = [
+        prepare_release(model, draws, ["x", "y"]).weighted_model.loglik_per_point(theta, data)
+        for model in (subsampled, full)
+    ]
+    np.testing.assert_allclose(per_row[0], per_row[1], rtol=1e-12)
+    assert per_row[0].shape == (10,)
+    densities = [
+        prepare_release(model, draws, ["x", "y"]).weighted_model.log_density(theta, data, weights)
+        for model in (subsampled, full)
+    ]
+    np.testing.assert_allclose(densities[0], densities[1], rtol=1e-12)
+
+
+def test_a_binary_vector_per_row_is_refused_without_listing_its_combinations():
+    """64 binary entries per row make 2⁶⁴ combinations: they are counted only up to the limit (listing them
+    all took the machine's memory when a row-shape guess tried a mask that long)."""
+    with pytest.raises(br.ReconError, match="64 binary or discrete data coordinates make over 16"):
+        pseudo.Layout({"flags": (64,)}, {"flags": constraints.boolean})
+
+
 def test_counts_of_classes_per_row_are_refused_with_the_categorical_rows_of_the_same_posterior():
     """A Multinomial row of counts y is, to the posterior, y[k] Categorical rows of class k: their
     log-likelihoods differ by the multinomial coefficient alone, the same at every θ. The refusal names
