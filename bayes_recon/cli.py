@@ -716,8 +716,13 @@ def _largest_words(spread: dict[str, float]) -> str:
 
 
 def describe_units(units: Mapping[str, str]) -> str:
-    """What one unit of weight is, where the rows were weighed as their trials or exposure."""
+    """What one unit of weight is, where the rows were weighed as their weights, trials or exposure."""
     column, response = units["column"], units["response"]
+    if units["kind"] == "weight":
+        return (
+            f"the weights count {column}'s units, not rows: every pseudo-row is a row of {column} 1, as the "
+            f"likelihood cannot tell a row of {column} w from w rows of {column} 1"
+        )
     if units["kind"] == "trials":
         return (
             f"the weights count {column}'s trials, not rows: every pseudo-row is one trial ({response} 1 "

@@ -152,9 +152,18 @@ def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -
     names, takes_any = model_arguments(model)
     unknown = [n for n in [*free, *fixed] if n not in names and not takes_any]
     if unknown:
+        columns = ", ".join(f"{n}=None" for n in free)
+        one_dict = (
+            f" A model that takes its columns in one argument ({sorted(names)[0]}['x']) is called with each "
+            f"by name through a wrapper: def wrapped({columns}): return model({{"
+            + ", ".join(f"'{n}': {n}" for n in free)
+            + "})."
+            if len(names) == 1
+            else ""
+        )
         raise ReconError(
             f"the model {getattr(model, '__name__', model)!r} takes no argument(s) {unknown}; its "
-            f"arguments are {sorted(names)}. 'free' names the data arguments to reconstruct."
+            f"arguments are {sorted(names)}. 'free' names the data arguments to reconstruct.{one_dict}"
         )
     both = set(free) & set(fixed)
     if both:
@@ -185,8 +194,14 @@ def traced_sites(
         tr = probe_trace(model, {**fixed, **data})
         sites = {k: s for k, s in tr.items() if s["type"] == "sample"}
         observed.update(k for k, s in sites.items() if s["is_observed"])
-        # a likelihood that cannot take these rows fails here, not at the first step
-        return {k: s["fn"].log_prob(s["value"]) if k in observed else s["value"] for k, s in sites.items()}
+        # a likelihood that cannot take these rows fails here, not at the first step (nor can its scale:
+        # handlers.scale by a weight per data row)
+        return {
+            k: s["fn"].log_prob(s["value"]) * (1.0 if s["scale"] is None else s["scale"])
+            if k in observed
+            else s["value"]
+            for k, s in sites.items()
+        }
 
     try:
         shapes = jax.eval_shape(site_values)
@@ -295,10 +310,13 @@ def _settled_first(item: tuple[str, Any]) -> int:
 def check_units(
     weighted: WeightedModel, layout: pseudo.Layout, units: tuple[str, np.ndarray], theta: np.ndarray
 ) -> dict[str, str]:
-    """{"column": name, "response": column, "kind": "trials" or "exposure"} where a row with ``units``'
-    value u weighs as u rows with it at 1 (the model runs with it at 1, as passed). At every draw
-    ``theta`` (four that differ):
+    """{"column": name, "response": column, "kind": "weight", "trials" or "exposure"} where a row with
+    ``units``' value u weighs as u rows with it at 1 (the model runs with it at 1, as passed). At every
+    draw ``theta`` (four that differ):
 
+    * weight, for any row (a likelihood raised to a known power, ``handlers.scale`` by a survey weight):
+      ℓ(w, x) − w ℓ(1, x) is the same, for w at the data's smallest, 0.5 and its largest: a row of
+      weight w is w rows (the response: "");
     * trials, for a response on {0, 1} (a binomial's successes c of n): ℓ(n, c) − c ℓ(1, 1) −
       (n − c) ℓ(1, 0) is the same, for n at 2, the data's largest count and one between, and c at 0,
       1, n − 1 and n: a row of n trials is n Bernoulli rows;
@@ -341,7 +359,22 @@ def check_units(
         sizes = np.unique([values[values > 0].min(), 0.5, largest / 2, largest])
         return all(constant(loglik(at(t), response, t * rate) - t * one) for t in sizes)
 
+    def weight() -> bool:
+        rows = {k: jnp.asarray(v) for k, v in data.items()}
+
+        def loglik_at(size: float) -> np.ndarray:
+            return np.asarray(jax.vmap(at(size).loglik_per_point, in_axes=(0, None))(theta, rows))
+
+        one = loglik_at(1.0)
+        sizes = np.unique([values[values > 0].min(), 0.5, largest])
+        return all(constant(loglik_at(w) - w * one) for w in sizes)
+
     if np.ptp(np.asarray(theta), axis=0).max() > 0:
+        try:
+            if weight():
+                return {"column": name, "response": "", "kind": "weight"}
+        except Exception:  # the model cannot take the column at 0.5 (a binomial's trials)
+            pass
         for response in scalar:
             binary = pseudo.levels(layout.support(response)) == (0.0, 1.0)
             whole = bool(np.all(values == np.round(values)))
@@ -354,9 +387,10 @@ def check_units(
                 continue
     raise ReconError(
         f"fixed {name!r} holds one value per data row, and they differ: the pseudo-rows the attack builds "
-        f"cannot carry values known row by row. Values like these are taken as a binomial's trials or a "
-        f"rate's exposure only where a row with {name} = u weighs as u rows with {name} = 1 (a row of n "
-        f"trials as n Bernoulli rows; a Poisson count y of exposure t as t rows of rate y / t), checked at "
+        f"cannot carry values known row by row. Values like these are taken as a row's weight, a "
+        f"binomial's trials or a rate's exposure only where a row with {name} = u weighs as u rows with "
+        f"{name} = 1 (a row whose likelihood is scaled by w as w rows; a row of n trials as n Bernoulli "
+        f"rows; a Poisson count y of exposure t as t rows of rate y / t), checked at "
         f"different draws; this model's rows do not. {_made_free(name, values)}, or leave it out of the "
         "model's data."
     )
@@ -367,8 +401,11 @@ def rows_as_units(
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Data rows as the measure :func:`check_units`' attack reconstructs, weightless points left out: for
     trials, every row as a point of successes (the response 1) weighing its successes and one of
-    failures (0) weighing the rest; for an exposure, every row as a point of rate y / t weighing t."""
+    failures (0) weighing the rest; for an exposure, every row as a point of rate y / t weighing t; for a
+    weight, every row as it is, weighing its weight."""
     response, size = units["response"], np.asarray(values, dtype=float)
+    if units["kind"] == "weight":
+        return {k: np.asarray(v)[size > 0] for k, v in points.items()}, size[size > 0]
     y = np.asarray(points[response], dtype=float)
     if units["kind"] == "exposure":
         kept = size > 0

@@ -208,12 +208,13 @@ def findings(audit: Audit) -> Findings:
 
 
 def counted(measure: WeightedMeasure) -> str:
-    """What the weights count: rows, or a binomial's trials or an exposure's units where they differ by
-    row (:func:`bayes_recon.modelcheck.check_units`)."""
+    """What the weights count: rows, or a row weight's, a binomial's trials or an exposure's units where
+    they differ by row (:func:`bayes_recon.modelcheck.check_units`)."""
     units = measure.meta.get("units")
     if not units:
         return "rows"
-    return "trials" if units["kind"] == "trials" else f"units of exposure ({units['column']})"
+    kind = {"trials": "trials", "weight": "units of weight", "exposure": "units of exposure"}[units["kind"]]
+    return kind if kind == "trials" else f"{kind} ({units['column']})"
 
 
 def quantities(

@@ -330,9 +330,16 @@ def _copied_as(kind: type, fn: Distribution, each: Callable[[Any], Any] = lambda
     return copy
 
 
+def _scaled_log_prob(site: dict[str, Any]) -> Array:
+    """A site's log-probability times its scale, as NumPyro's log density takes it (a likelihood the user
+    tempers or weighs by ``handlers.scale``)."""
+    log_prob = site["fn"].log_prob(site["value"])
+    return log_prob if site["scale"] is None else log_prob * site["scale"]
+
+
 def _sites_log_prob(trace: dict[str, Any], names: frozenset[str]) -> Array:
     """The sum of the log-probabilities of the sites ``names`` of ``trace``, each summed over its shape."""
-    return sum((jnp.sum(trace[k]["fn"].log_prob(trace[k]["value"])) for k in names), jnp.zeros(()))
+    return sum((jnp.sum(_scaled_log_prob(trace[k])) for k in names), jnp.zeros(()))
 
 
 def _per_point(sites: list[dict[str, Any]], data: Mapping[str, Array]) -> Array:
@@ -340,7 +347,7 @@ def _per_point(sites: list[dict[str, Any]], data: Mapping[str, Array]) -> Array:
     n = next(iter(data.values())).shape[0]
     total = jnp.zeros(n)
     for site in sites:
-        total = total + jnp.reshape(site["fn"].log_prob(site["value"]), (n, -1)).sum(axis=1)
+        total = total + jnp.reshape(_scaled_log_prob(site), (n, -1)).sum(axis=1)
     return total
 
 

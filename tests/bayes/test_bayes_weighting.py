@@ -44,7 +44,20 @@ def _blr_case(n: int = 40, d: int = 3):
     return WeightedModel(m.blr, ("X", "y"), {}, example), {"X": jnp.asarray(x), "y": jnp.asarray(y)}
 
 
-CASES = {"momiq": _momiq_case, "kilpisjarvi": _kilpisjarvi_case, "blr": _blr_case}
+def tempered(x, y=None):  # a power posterior: every row's likelihood raised to 1/2 by handlers.scale
+    b = numpyro.sample("b", dist.Normal(0.0, 5.0))
+    s = numpyro.sample("s", dist.HalfNormal(2.0))
+    with numpyro.plate("rows", x.shape[0]), handlers.scale(scale=0.5):
+        numpyro.sample("y", dist.Normal(b * x, s), obs=y)
+
+
+def _tempered_case(n: int = 30):
+    x = RNG.standard_normal(n)
+    data = {"x": jnp.asarray(x), "y": jnp.asarray(0.8 * x + RNG.standard_normal(n))}
+    return WeightedModel(tempered, ("x", "y"), {}, {"b": jnp.array(0.0), "s": jnp.array(1.0)}), data
+
+
+CASES = {"momiq": _momiq_case, "kilpisjarvi": _kilpisjarvi_case, "blr": _blr_case, "tempered": _tempered_case}
 
 
 def _thetas(wm: WeightedModel, data, k: int = 4) -> list[jnp.ndarray]:

@@ -447,6 +447,38 @@ def test_an_exposure_that_differs_by_row_is_reconstructed_as_its_units():
     )
 
 
+def test_a_weight_per_row_scaling_its_likelihood_is_reconstructed_as_its_units():
+    """handlers.scale by a known weight per row (a survey weight) makes a row of weight w, to the
+    posterior, w rows of weight 1: the attack weighs units of weight, the rows as they are. The check
+    of this happens before the attack (the weight's length is checked against the rows where the
+    likelihood is scaled); it failed in the self-check, after the whole attack, at stop 73."""
+
+    def weighted_rows(x, w, y=None):
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", x.shape[0]), numpyro.handlers.scale(scale=w):
+            numpyro.sample("y", dist.Normal(b * x, 1.0), obs=y)
+
+    rng = np.random.default_rng(5)
+    draws = {"b": rng.normal(size=50)}
+    x, w = rng.normal(size=30), rng.choice([0.25, 0.5, 2.0], 30)
+    y = 0.7 * x + rng.normal(size=30)
+    release = prepare_release(weighted_rows, draws, ["x", "y"], fixed={"w": w})
+    units = {"column": "w", "response": "", "kind": "weight"}
+    assert release.units == units and release.weighted_model.fixed["w"] == 1.0
+    points, weights = rows_as_units({"x": x, "y": y}, w, units)
+    np.testing.assert_array_equal(weights, w)
+    np.testing.assert_array_equal(points["y"], y)
+    theta = jnp.asarray(release.theta)
+    as_units = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
+        theta, {k: jnp.asarray(v) for k, v in points.items()}
+    ) @ jnp.asarray(weights)
+    data = dataclasses.replace(release.weighted_model, fixed={"w": jnp.asarray(w)})
+    rows = {"x": jnp.asarray(x), "y": jnp.asarray(y)}
+    as_rows = jax.vmap(data.loglik_per_point, in_axes=(0, None))(theta, rows).sum(axis=1)
+    np.testing.assert_allclose(as_units, as_rows, rtol=1e-10)
+    assert "w's units" in describe_units(units)
+
+
 def test_a_binomial_whose_trials_vary_by_row_is_reconstructed_as_its_trials():
     """Trials known row by row, and different (posteriordb's GLM_Binomial): the attack weighs Bernoulli
     rows, one a trial, because to the likelihood a row of n trials and c successes is c rows of 1 and
@@ -580,6 +612,23 @@ def test_a_model_written_for_svi_is_attacked_over_all_its_rows():
         for model in (subsampled, full)
     ]
     np.testing.assert_allclose(densities[0], densities[1], rtol=1e-12)
+
+
+def test_a_model_taking_its_columns_in_one_dict_is_told_the_wrapper_that_works():
+    def model(data):
+        b = numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("rows", data["x"].shape[0]):
+            numpyro.sample("y", dist.Normal(b * data["x"], 1.0), obs=data.get("y"))
+
+    draws = {"b": np.random.default_rng(2).normal(size=50)}
+    wrapper = "def wrapped(x=None, y=None): return model({'x': x, 'y': y})"
+    with pytest.raises(br.ReconError, match=re.escape(wrapper)):
+        prepare_release(model, draws, ["x", "y"])
+
+    def wrapped(x=None, y=None):
+        return model({"x": x, "y": y})
+
+    assert prepare_release(wrapped, draws, ["x", "y"]).layout.shapes == {"x": (), "y": ()}
 
 
 def test_a_binary_vector_per_row_is_refused_without_listing_its_combinations():
