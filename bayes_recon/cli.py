@@ -720,8 +720,8 @@ def describe_units(units: Mapping[str, str]) -> str:
     column, response = units["column"], units["response"]
     if units["kind"] == "weight":
         return (
-            f"the weights count {column}'s units, not rows: every pseudo-row is a row of {column} 1, as the "
-            f"likelihood cannot tell a row of {column} w from w rows of {column} 1"
+            f"the weights count units of {column}, not rows: every pseudo-row is a row of weight 1, as the "
+            "likelihood cannot tell a row of weight u from u rows of weight 1"
         )
     if units["kind"] == "trials":
         return (

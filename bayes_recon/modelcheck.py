@@ -53,8 +53,8 @@ class Release(NamedTuple):
     layout: pseudo.Layout
     draws: dict[str, np.ndarray]  # {site: (S, ...)}, constrained, as released
     theta: np.ndarray  # (S, d): the draws as NumPyro's flat unconstrained vectors
-    # {"column", "response", "kind"}: a binomial's trials or a rate's exposure that differ by row, the
-    # rows weighed as their units, a pseudo-row each (check_units)
+    # {"column", "response", "kind"}: a row's weight, a binomial's trials or a rate's exposure that differ
+    # by row, the rows weighed as their units, a pseudo-row each (check_units)
     units: dict[str, str] | None = None
 
 
@@ -152,13 +152,12 @@ def check_free(model: Callable, free: Sequence[str], fixed: Mapping[str, Any]) -
     names, takes_any = model_arguments(model)
     unknown = [n for n in [*free, *fixed] if n not in names and not takes_any]
     if unknown:
-        columns = ", ".join(f"{n}=None" for n in free)
+        given = [*free, *fixed]
         one_dict = (
             f" A model that takes its columns in one argument ({sorted(names)[0]}['x']) is called with each "
-            f"by name through a wrapper: def wrapped({columns}): return model({{"
-            + ", ".join(f"'{n}': {n}" for n in free)
-            + "})."
-            if len(names) == 1
+            f"by name through a wrapper: def wrapped({', '.join(f'{n}=None' for n in given)}): "
+            f"return model({{{', '.join(f'{n!r}: {n}' for n in given)}}})."
+            if len(names) == 1 and not set(given) & names
             else ""
         )
         raise ReconError(
@@ -235,10 +234,10 @@ def fixed_rows_adapted(
     rows and fails on one more) is given the pseudo-data's row count at every call; an array of one
     value per row (the model runs on that many rows and fails on one more) is that value where every
     row has the same and the model runs with it (a binomial's trials); non-negative values that differ
-    by row and that the model runs with at 1 are returned with their name, as a binomial's trials or a
-    rate's exposure, for :func:`check_units`; anything else is refused by name (the pseudo-rows cannot
-    carry values known row by row). Numbers come first, then arrays of one value, so that an
-    array that differs by row is tried with the others settled."""
+    by row and that the model runs with at 1 are returned with their name, as a row's weight, a
+    binomial's trials or a rate's exposure, for :func:`check_units`; anything else is refused by name
+    (the pseudo-rows cannot carry values known row by row). Numbers come first, then arrays of one
+    value, so that an array that differs by row is tried with the others settled."""
     fixed, units = dict(fixed), None
     found = shapes_found(model, fixed)
     for name, value in sorted(fixed.items(), key=_settled_first):
@@ -266,9 +265,7 @@ def fixed_rows_adapted(
                 continue
         layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
         if masked := masked_sites(model, layout, fixed, n):
-            raise ReconError(
-                f"fixed {name!r} has one value per data row ({n}), and {_masked_message(masked, False)}"
-            )
+            raise ReconError(_masked_message(masked))
         make_free = f"{_made_free(name, values)}, and the attack reconstructs it with the rest."
         sizes = values.dtype.kind in "iuf" and values.min() >= 0
         if one_value or not sizes:
@@ -281,10 +278,10 @@ def fixed_rows_adapted(
         if (found := shapes_found(model, unit)) is None:
             raise ReconError(
                 f"fixed {name!r} holds one value per data row ({n}), and they differ. Values like these "
-                f"are taken as a binomial's trials or a rate's exposure, every pseudo-row one unit, where "
-                f"the model runs with {name}=1 broadcast over the rows; this model does not (it sizes "
-                f"something with {name!r} or indexes it by row). Write it so that {name!r} only sets the "
-                f"trials or the exposure, or: {make_free}"
+                f"are taken as a row's weight, a binomial's trials or a rate's exposure, every pseudo-row "
+                f"one unit, where the model runs with {name}=1 broadcast over the rows; this model does not "
+                f"(it sizes something with {name!r} or indexes it by row). Write it so that {name!r} only "
+                f"sets the weight, the trials or the exposure, or: {make_free}"
             )
         fixed, units = unit, (name, values)
     return model, fixed, found, units
@@ -359,7 +356,7 @@ def check_units(
         sizes = np.unique([values[values > 0].min(), 0.5, largest / 2, largest])
         return all(constant(loglik(at(t), response, t * rate) - t * one) for t in sizes)
 
-    def weight() -> bool:
+    def weight() -> bool:  # at every size, or False where the model cannot take one (trials at 0.5)
         rows = {k: jnp.asarray(v) for k, v in data.items()}
 
         def loglik_at(size: float) -> np.ndarray:
@@ -367,14 +364,12 @@ def check_units(
 
         one = loglik_at(1.0)
         sizes = np.unique([values[values > 0].min(), 0.5, largest])
-        return all(constant(loglik_at(w) - w * one) for w in sizes)
+        try:
+            return all(constant(loglik_at(w) - w * one) for w in sizes)
+        except Exception:
+            return False
 
     if np.ptp(np.asarray(theta), axis=0).max() > 0:
-        try:
-            if weight():
-                return {"column": name, "response": "", "kind": "weight"}
-        except Exception:  # the model cannot take the column at 0.5 (a binomial's trials)
-            pass
         for response in scalar:
             binary = pseudo.levels(layout.support(response)) == (0.0, 1.0)
             whole = bool(np.all(values == np.round(values)))
@@ -385,6 +380,9 @@ def check_units(
                     return {"column": name, "response": response, "kind": "trials" if binary else "exposure"}
             except Exception:  # the model cannot take this column as the response
                 continue
+        # last: a row of none but zero responses passes it too (a binomial's c = 0: ℓ(n, 0) = n ℓ(1, 0))
+        if weight():
+            return {"column": name, "response": "", "kind": "weight"}
     raise ReconError(
         f"fixed {name!r} holds one value per data row, and they differ: the pseudo-rows the attack builds "
         f"cannot carry values known row by row. Values like these are taken as a row's weight, a "
@@ -506,9 +504,9 @@ def latent_shapes(
     if not observed:
         raise ReconError(_NO_ROWS_OBSERVED)
     per_point = [k for k in three if k not in observed and three[k] != four[k]]
-    masked = masked_sites(model, layout, fixed, 3) if per_point else []
+    masked = [k for k in masked_sites(model, layout, fixed, 3) if f"{k}_unobserved" in per_point]
     if masked:  # not a design matrix's miscounted columns: refused as it is, not retried
-        raise ReconError(_masked_message(masked, True))
+        raise ReconError(_masked_message(masked))
     if per_point:
         raise LatentGrowsWithRows(
             f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
@@ -522,7 +520,8 @@ def latent_shapes(
 
 def masked_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any], n: int) -> list[str]:
     """The sites the model observes with ``obs_mask`` on n pseudo-rows: NumPyro splits such a site y into
-    an observed y_observed and a latent y_unobserved, one value per masked entry."""
+    an observed y_observed and a latent y_unobserved, one value per masked entry, and puts them together
+    in a deterministic site y."""
     try:
         trace = probe_trace(model, {**fixed, **layout.example(n)})
     except Exception:  # a model that fails here is refused elsewhere, by what failed
@@ -534,17 +533,18 @@ def masked_sites(model: Callable, layout: pseudo.Layout, fixed: Mapping[str, Any
         and not site["is_observed"]
         and name.endswith("_unobserved")
         and trace.get(name.removesuffix("_unobserved") + "_observed", {}).get("is_observed")
+        and trace.get(name.removesuffix("_unobserved"), {}).get("type") == "deterministic"
     ]
 
 
-def _masked_message(masked: list[str], first: bool) -> str:
+def _masked_message(masked: list[str]) -> str:
     hidden = [f"{name}_unobserved" for name in masked]
     return (
-        f"{'The' if first else 'the'} model observes {masked} with obs_mask: NumPyro makes the masked "
-        f"entries latent sites ({hidden}), one per missing value, which no pseudo-data can stand for. The "
-        "released parameters depend on the observed entries alone: attack the rows observed whole, with the "
-        f"model called without the mask (leave it out of fixed and free); the draws of {hidden} are then "
-        "ignored."
+        f"The model observes {masked} with obs_mask: NumPyro makes the masked entries latent sites "
+        f"({hidden}), one per missing value, which no pseudo-data can stand for. Where nothing else of a "
+        "row with a missing entry enters the likelihood, the released parameters depend on the observed "
+        "entries alone: attack the rows observed whole, with the model called without the mask (leave it "
+        f"out of fixed and free); the draws of {hidden} are then ignored."
     )
 
 

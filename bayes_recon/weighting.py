@@ -545,7 +545,7 @@ class WeightedModel:
         copies, shares = self.at_counts(data)
         trace = self._trace_constrained(params, copies)
         prior = [
-            jnp.sum(site["fn"].log_prob(site["value"]))
+            jnp.sum(_scaled_log_prob(site))
             for site in trace.values()
             if site["type"] == "sample" and not _is_likelihood(site, self.prior_sites)
         ]

@@ -155,11 +155,12 @@ def test_the_two_sample_statistic_is_calibrated_on_a_release_drawn_by_a_chain():
 
 
 def test_the_release_mixing_tells_independent_slow_and_unconverged_draws_apart():
-    """Independent draws: R̂ 1 and the full size, nothing said (nor of 80: few, not slow). A chain with
+    """Independent draws: R̂ 1 and the full size, nothing said (nor of 80: too few to judge). A chain with
     lag-1 correlation 0.98 (an effective size near 2000 · 0.02 / 1.98 = 20): said. A release whose
-    first half sits 3 sd off in one coordinate (a chain cut before it converged): unconverged, that
-    coordinate named. Shuffled, the same draws look independent: the check reads the order they were
-    drawn in."""
+    first half sits 3 sd off in one coordinate (a chain cut before it converged), or whose first block
+    has a fifth of the others' spread (told by the folded draws' R̂ alone): unconverged, that coordinate
+    named. Shuffled, the same draws look independent: the check reads the order they were drawn in. A
+    coordinate that never moves leaves the others judged."""
     rng = np.random.default_rng(0)
     names = ("a", "b", "c")
     independent = rng.normal(size=(2000, 3))
@@ -172,6 +173,10 @@ def test_the_release_mixing_tells_independent_slow_and_unconverged_draws_apart()
     note = mixing_note(drifted, names)
     assert note.startswith("The released draws themselves look unconverged") and " for b " in note
     assert mixing_note(rng.permutation(drifted), names) == ""
+    narrow = independent * np.where(np.arange(2000) < 500, 0.2, 1.0)[:, None] ** np.array([0, 1, 0])
+    assert " for b over" in mixing_note(narrow, names)
+    stuck = np.column_stack([drifted[:, 1], np.ones(2000)])
+    assert " for a over" in mixing_note(stuck, ("a", "b"))
 
 
 def test_a_release_out_of_order_is_named_in_the_round_trip(small_release):
@@ -183,7 +188,7 @@ def test_a_release_out_of_order_is_named_in_the_round_trip(small_release):
     theta = np.asarray(setup.coordinates.to_model(setup.draws))
     drifting = setup._replace(draws=setup.draws[np.argsort(theta[:, 0])])
     check = round_trip(drifting, {"y": y}, np.ones(40), SelfCheckConfig(seed=1))
-    assert "look unconverged: split-R̂" in check.summary() and " for loc " in check.mixing
+    assert "look unconverged: R̂" in check.summary() and " for loc over" in check.mixing
     assert json.loads(json.dumps(check.to_json()))["mixing"] == check.mixing
 
 
