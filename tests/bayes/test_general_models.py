@@ -405,6 +405,27 @@ def test_counts_per_row_whose_rows_are_not_bernoulli_rows_are_refused(model):
         prepare_release(model, draws, ["x", "y"], fixed={"n": rng.integers(1, 9, 30)})
 
 
+def units_against_rows(
+    release: Any,
+    points: Mapping[str, Any],
+    weights: np.ndarray,
+    column: str,
+    values: np.ndarray,
+    rows: Mapping,
+) -> np.ndarray:
+    """Per draw of the release: the log-likelihood of the data as its units (``rows_as_units``' points and
+    weights, the model at ``column`` = 1) minus that of the data rows with ``column`` at its ``values``."""
+    theta = jnp.asarray(release.theta)
+    as_units = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
+        theta, {k: jnp.asarray(v) for k, v in points.items()}
+    ) @ jnp.asarray(weights)
+    data = dataclasses.replace(release.weighted_model, fixed={column: jnp.asarray(values)})
+    as_rows = jax.vmap(data.loglik_per_point, in_axes=(0, None))(
+        theta, {k: jnp.asarray(v) for k, v in rows.items()}
+    )
+    return np.asarray(as_units - as_rows.sum(axis=1))
+
+
 def test_an_exposure_that_differs_by_row_is_reconstructed_as_its_units():
     """A Poisson count y of exposure t is, to the likelihood, t rows of exposure 1 and rate y / t (their
     log-likelihoods differ by a constant at every draw): the attack weighs units of exposure."""
@@ -425,13 +446,7 @@ def test_an_exposure_that_differs_by_row_is_reconstructed_as_its_units():
     points, weights = rows_as_units({"x": x, "y": y}, t, units)
     np.testing.assert_allclose(weights, t)
     np.testing.assert_allclose(points["y"] * weights, y)
-    theta = jnp.asarray(release.theta)
-    as_units = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
-        theta, {k: jnp.asarray(v) for k, v in points.items()}
-    ) @ jnp.asarray(weights)
-    data = dataclasses.replace(release.weighted_model, fixed={"t": jnp.asarray(t)})
-    rows = {"x": jnp.asarray(x), "y": jnp.asarray(y)}
-    gap = np.asarray(as_units - jax.vmap(data.loglik_per_point, in_axes=(0, None))(theta, rows).sum(axis=1))
+    gap = units_against_rows(release, points, weights, "t", t, {"x": x, "y": y})
     assert np.ptp(gap) < 1e-8 * max(1.0, np.abs(gap).max())
     # whole units of exposure are exposure too (not trials: y is a count, not a 0/1), and a row of none
     # carries nothing
@@ -468,14 +483,8 @@ def test_a_weight_per_row_scaling_its_likelihood_is_reconstructed_as_its_units()
     points, weights = rows_as_units({"x": x, "y": y}, w, units)
     np.testing.assert_array_equal(weights, w)
     np.testing.assert_array_equal(points["y"], y)
-    theta = jnp.asarray(release.theta)
-    as_units = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
-        theta, {k: jnp.asarray(v) for k, v in points.items()}
-    ) @ jnp.asarray(weights)
-    data = dataclasses.replace(release.weighted_model, fixed={"w": jnp.asarray(w)})
-    rows = {"x": jnp.asarray(x), "y": jnp.asarray(y)}
-    as_rows = jax.vmap(data.loglik_per_point, in_axes=(0, None))(theta, rows).sum(axis=1)
-    np.testing.assert_allclose(as_units, as_rows, rtol=1e-10)
+    gap = units_against_rows(release, points, weights, "w", w, {"x": x, "y": y})
+    assert np.abs(gap).max() < 1e-10 * len(w)  # the same likelihood, not only the same posterior
     assert "units of w" in describe_units(units)
 
 
@@ -504,15 +513,7 @@ def test_a_binomial_whose_trials_vary_by_row_is_reconstructed_as_its_trials():
 
     points, weights = rows_as_units({"x": x, "y": y}, n, trials)
     assert weights.sum() == n.sum() and weights @ points["y"] == y.sum()
-    theta = jnp.asarray(release.theta)
-    as_rows = jax.vmap(release.weighted_model.loglik_per_point, in_axes=(0, None))(
-        theta, {k: jnp.asarray(v) for k, v in points.items()}
-    ) @ jnp.asarray(weights)
-    data = dataclasses.replace(release.weighted_model, fixed={"n": jnp.asarray(n)})
-    as_data = jax.vmap(data.loglik_per_point, in_axes=(0, None))(
-        theta, {"x": jnp.asarray(x), "y": jnp.asarray(y)}
-    )
-    gap = np.asarray(as_rows - as_data.sum(axis=1))
+    gap = units_against_rows(release, points, weights, "n", n, {"x": x, "y": y})
     assert np.ptp(gap) < 1e-8 * np.abs(gap).max()  # the same posterior: a constant apart
 
 
