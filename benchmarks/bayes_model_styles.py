@@ -373,6 +373,22 @@ def composition_covariate(
         numpyro.sample("y", dist.Normal(a + (jnp.log(c[:, :2]) - jnp.log(c[:, 2:])) @ b, s), obs=y)
 
 
+def tempered(x, y=None):  # a power posterior: every row's likelihood raised to 1/2 by handlers.scale
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    with numpyro.plate("rows", x.shape[0]), numpyro.handlers.scale(scale=0.5):
+        numpyro.sample("y", dist.Normal(a + b * x, s), obs=y)
+
+
+def survey_weights(x, w, y=None):  # a known weight per row scaling its likelihood (handlers.scale)
+    a = numpyro.sample("a", dist.Normal(0, 10))
+    b = numpyro.sample("b", dist.Normal(0, 5))
+    s = numpyro.sample("s", dist.HalfNormal(5))
+    with numpyro.plate("rows", x.shape[0]), numpyro.handlers.scale(scale=w):
+        numpyro.sample("y", dist.Normal(a + b * x, s), obs=y)
+
+
 @dataclass(frozen=True)
 class Case:
     """A model as a user writes it, its data simulated at known parameters, and the call's arguments."""
@@ -589,6 +605,16 @@ def _composition(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"c": c, "y": 1.0 + np.log(c[:, :2] / c[:, 2:]) @ np.array([2.0, -1.0]) + rng.normal(0, 0.5, 200)}
 
 
+def _tempered(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(3.0, 2.0, 300)
+    return {"x": x, "y": 1.0 + 0.5 * x + rng.normal(size=300)}
+
+
+def _survey(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = rng.normal(3.0, 2.0, 200)
+    return {"x": x, "w": rng.choice([0.5, 1.0, 2.0], 200), "y": 1.0 + 0.5 * x + rng.normal(size=200)}
+
+
 CASES = (
     Case("lognormal", lognormal, _lognormal, ["x", "y"]),
     Case("ordered-logistic", ordered_logistic, _ordered, ["x", "y"]),
@@ -646,6 +672,8 @@ CASES = (
     Case("beta-mean-precision", beta_mean_precision, _proportions, ["x", "y"]),
     Case("tanh-network", tanh_network, _curve, ["x", "y"]),
     Case("weibull-times", weibull_times, _times, ["x", "y"]),
+    Case("tempered-likelihood", tempered, _tempered, ["x", "y"]),
+    Case("survey-weights", survey_weights, _survey, ["x", "y"], fixed=("w",)),
     Case(
         "hurdle-poisson-factor",
         hurdle_poisson_factor,
