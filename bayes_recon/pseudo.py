@@ -475,7 +475,8 @@ def coordinates(layout: Layout, params: Pseudo, base: Array) -> tuple[Array, Arr
     z = cloud.shift[:, None, :] + jnp.einsum("cmd,ced->cme", base + points.residual, cloud.scale())
     n = points.logit.shape[1]
     w = jnp.exp(cloud.log_mass)[:, None] * n * jax.nn.softmax(points.logit, axis=1)
-    return z.reshape(-1, layout.dim), jnp.repeat(layout.strata, n, axis=0), w.reshape(-1)
+    # by the rows' count, not −1: all-discrete data have no continuous coordinate (D = 0)
+    return z.reshape(w.size, layout.dim), jnp.repeat(layout.strata, n, axis=0), w.reshape(-1)
 
 
 def measure(layout: Layout, params: Pseudo, base: Array) -> tuple[dict[str, Array], Array]:
