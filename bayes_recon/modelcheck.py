@@ -207,10 +207,17 @@ def traced_sites(
     except Exception as err:  # the user's model failed on pseudo-data of the declared shapes
         data_shapes = {k: v.shape for k, v in data.items()}
         indexed = "Indexer must have integer" in str(err)
+        many = [k for k in data if _relaxed_levels(layout.support(k))]
         raise ModelFailedOnShapes(
             f"the model failed on pseudo-data shaped {data_shapes}: {err!r}. "
             + (
-                "A free column the model indexes with (a group, as alpha[g]) needs its discrete "
+                f"{many} lie on an interval of whole-number bounds {pseudo.MAX_STRATA} or more apart: a "
+                f"discrete support of more than {pseudo.MAX_STRATA} values is relaxed to such an interval, "
+                f"as a count's is, for the attack stratifies its pseudo-data by at most {pseudo.MAX_STRATA} "
+                "discrete values. A model that indexes with such a column (a group among more than "
+                f"{pseudo.MAX_STRATA}, as alpha[g]) is beyond this attack."
+                if indexed and many
+                else "A free column the model indexes with (a group, as alpha[g]) needs its discrete "
                 "support: support={'g': constraints.integer_interval(0, J - 1)}."
                 if indexed
                 else "Check 'free' and 'fixed': free names a column with a shape of its own per row by "
@@ -219,6 +226,16 @@ def traced_sites(
             )
         ) from err
     return {k: tuple(v.shape) for k, v in shapes.items()}, observed
+
+
+def _relaxed_levels(support: Constraint) -> bool:
+    """Whether ``support`` is the interval a discrete support of more than MAX_STRATA values is relaxed to
+    (:func:`bayes_recon.supports.relaxed`)."""
+    if not isinstance(support, constraints._Interval) or support.is_discrete:
+        return False
+    low, high = pseudo.common_bound(support.lower_bound), pseudo.common_bound(support.upper_bound)
+    whole = low is not None and high is not None and float(low).is_integer() and float(high).is_integer()
+    return whole and high - low >= pseudo.MAX_STRATA
 
 
 def fixed_rows_adapted(

@@ -736,6 +736,22 @@ def test_the_number_of_rows_passed_as_fixed_follows_the_pseudo_data():
     assert result.measure.points["X"].shape == (5, 2)  # the whole attack, its start included, runs
 
 
+def test_a_group_index_of_more_groups_than_strata_is_refused_as_beyond_the_attack():
+    """20 groups given their discrete support: more values than the pseudo-data's strata (16), so the
+    column is relaxed to an interval and the model's alpha[g] fails on it. The refusal says so; it told
+    the user to give the support they had given."""
+
+    def groups(g, x, y=None):
+        alpha = numpyro.sample("alpha", dist.Normal(0, 5).expand([20]).to_event(1))
+        with numpyro.plate("rows", x.shape[0]):
+            numpyro.sample("y", dist.Normal(alpha[g] + x, 1.0), obs=y)
+
+    draws = {"alpha": np.random.default_rng(3).normal(size=(50, 20))}
+    support = {"g": constraints.integer_interval(0, 19)}
+    with pytest.raises(br.ReconError, match=r"\['g'\] lie on an interval.*beyond this attack"):
+        prepare_release(groups, draws, ["g", "x", "y"], support=support)
+
+
 def test_a_group_index_needs_its_discrete_support_and_says_so():
     def groups(g, x, y=None):
         alpha = numpyro.sample("alpha", dist.Normal(0, 1).expand([4]).to_event(1))
