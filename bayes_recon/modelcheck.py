@@ -228,6 +228,21 @@ def traced_sites(
     return {k: tuple(v.shape) for k, v in shapes.items()}, observed
 
 
+def _row_refusal(
+    model: Callable,
+    shapes: Shapes,
+    fixed: Mapping[str, Any],
+    support: Mapping[str, Constraint],
+    n: int,
+    text: str,
+) -> ReconError:
+    """The refusal ``text`` of a fixed column known row by row, unless the model observes a site with
+    obs_mask on its n rows: then why the masked entries cannot be had, and what works."""
+    layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
+    masked = masked_sites(model, layout, fixed, n)
+    return ReconError(_masked_message(masked) if masked else text)
+
+
 def _relaxed_levels(support: Constraint) -> bool:
     """Whether ``support`` is the interval a discrete support of more than MAX_STRATA values is relaxed to
     (:func:`bayes_recon.supports.relaxed`)."""
@@ -280,25 +295,32 @@ def fixed_rows_adapted(
             if found is not None or differing:  # those are tried next, with this one settled
                 fixed = one
                 continue
-        layout = pseudo.Layout(shapes, column_supports(model, shapes, fixed, support))
-        if masked := masked_sites(model, layout, fixed, n):
-            raise ReconError(_masked_message(masked))
         make_free = f"{_made_free(name, values)}, and the attack reconstructs it with the rest."
         sizes = values.dtype.kind in "iuf" and values.min() >= 0
         if one_value or not sizes:
             offset = " (an offset log t: pass t itself and write t * exp(...))" if np.min(values) < 0 else ""
-            raise ReconError(
+            raise _row_refusal(
+                model,
+                shapes,
+                fixed,
+                support,
+                n,
                 f"fixed {name!r} has one value per data row ({n}): the pseudo-rows the attack builds "
-                f"cannot carry values known row by row{offset}. {make_free}"
+                f"cannot carry values known row by row{offset}. {make_free}",
             )
         unit = {**fixed, name: np.ones((), values.dtype)}
         if (found := shapes_found(model, unit)) is None:
-            raise ReconError(
+            raise _row_refusal(
+                model,
+                shapes,
+                fixed,
+                support,
+                n,
                 f"fixed {name!r} holds one value per data row ({n}), and they differ. Values like these "
                 f"are taken as a row's weight, a binomial's trials or a rate's exposure, every pseudo-row "
                 f"one unit, where the model runs with {name}=1 broadcast over the rows; this model does not "
                 f"(it sizes something with {name!r} or indexes it by row). Write it so that {name!r} only "
-                f"sets the weight, the trials or the exposure, or: {make_free}"
+                f"sets the weight, the trials or the exposure, or: {make_free}",
             )
         fixed, units = unit, (name, values)
     return model, fixed, found, units
@@ -347,8 +369,9 @@ def check_units(
     theta = jnp.asarray(theta)
     largest = float(values.max())
 
-    def loglik(model: WeightedModel, response: str, values: np.ndarray) -> np.ndarray:
-        rows = {**data, response: jnp.asarray(values, dtype=float)}
+    def loglik(model: WeightedModel, response: str | None = None, values: Any = None) -> np.ndarray:
+        """At every draw, the probe rows' log-likelihoods, the column ``response`` (if any) at ``values``."""
+        rows = data if response is None else {**data, response: jnp.asarray(values, dtype=float)}
         return np.asarray(jax.vmap(model.loglik_per_point, in_axes=(0, None))(theta, rows))
 
     def at(size: float) -> WeightedModel:
@@ -374,15 +397,10 @@ def check_units(
         return all(constant(loglik(at(t), response, t * rate) - t * one) for t in sizes)
 
     def weight() -> bool:  # at every size, or False where the model cannot take one (trials at 0.5)
-        rows = {k: jnp.asarray(v) for k, v in data.items()}
-
-        def loglik_at(size: float) -> np.ndarray:
-            return np.asarray(jax.vmap(at(size).loglik_per_point, in_axes=(0, None))(theta, rows))
-
-        one = loglik_at(1.0)
+        one = loglik(weighted)
         sizes = np.unique([values[values > 0].min(), 0.5, largest])
         try:
-            return all(constant(loglik_at(w) - w * one) for w in sizes)
+            return all(constant(loglik(at(w)) - w * one) for w in sizes)
         except Exception:
             return False
 
@@ -521,10 +539,10 @@ def latent_shapes(
     if not observed:
         raise ReconError(_NO_ROWS_OBSERVED)
     per_point = [k for k in three if k not in observed and three[k] != four[k]]
-    masked = [k for k in masked_sites(model, layout, fixed, 3) if f"{k}_unobserved" in per_point]
-    if masked:  # not a design matrix's miscounted columns: refused as it is, not retried
-        raise ReconError(_masked_message(masked))
     if per_point:
+        masked = [k for k in masked_sites(model, layout, fixed, 3) if f"{k}_unobserved" in per_point]
+        if masked:  # not a design matrix's miscounted columns: refused as it is, not retried
+            raise ReconError(_masked_message(masked))
         raise LatentGrowsWithRows(
             f"latent site(s) {per_point} grow with the number of data points (a per-point latent "
             "variable, as in eight_schools): the posterior of the shared parameters does not pin down "
