@@ -110,6 +110,7 @@ def prepare_release(
     summed = summed_sites(weighted, layout, support, probe_draws)
     weighted = dataclasses.replace(weighted, prior_sites=weighted.prior_sites - summed, summed=summed)
     check_rows_observed(weighted, layout)
+    check_one_row_plate(weighted, layout)
     weighted = dataclasses.replace(weighted, counted=counted_columns(weighted, layout, support, probe_draws))
     check_rows_exchangeable(weighted, layout, probe_draws)
     check_covariates(weighted, layout, probe_draws)
@@ -528,6 +529,41 @@ def check_rows_observed(weighted: WeightedModel, layout: pseudo.Layout) -> None:
             f"count's log-probability at values it cannot take; {_COUPLED_ROWS}). Give a factor one term per "
             "row inside a numpyro.plate over the rows, or make it the rows' sum alone, with a term of "
             "the parameters in a factor of its own."
+        )
+
+
+def check_one_row_plate(weighted: WeightedModel, layout: pseudo.Layout) -> None:
+    """Refuse observed sites that take their rows from plates of different names: two data sets of rows of
+    their own (a treatment and a control group, each its own size), which one weighted measure, a
+    pseudo-row being one row of every free column, cannot hold."""
+
+    def row_plates(n: int) -> dict[str, frozenset[str]]:
+        found: dict[str, frozenset[str]] = {}
+
+        def trace() -> None:
+            sites = probe_trace(weighted.model, {**weighted.fixed, **layout.example(n)}).items()
+            found.update(
+                (k, frozenset(f.name for f in s["cond_indep_stack"] if f.size == n))
+                for k, s in sites
+                if s["type"] == "sample" and s["is_observed"] and k not in weighted.prior_sites
+            )
+
+        jax.eval_shape(trace)
+        return found
+
+    three, four = row_plates(3), row_plates(4)
+    plates = {k: names & four.get(k, frozenset()) for k, names in three.items()}
+    plates = {k: names for k, names in sorted(plates.items()) if names}
+    apart = [(a, b) for a, b in itertools.combinations(plates, 2) if not plates[a] & plates[b]]
+    if apart:
+        a, b = apart[0]
+        raise ReconError(
+            f"the observed sites {a!r} (plate {sorted(plates[a])}) and {b!r} (plate {sorted(plates[b])}) "
+            "take their rows from different plates: two data sets with rows of their own, whose numbers may "
+            "differ. The attack reconstructs one table of rows (a pseudo-row is one row of every free "
+            f"column {list(layout.shapes)}). Reconstruct one data set at a time with the others passed as "
+            "fixed, or write the model over one table with a group column (p[g] with g free and "
+            "support={'g': constraints.integer_interval(0, G - 1)})."
         )
 
 

@@ -98,9 +98,15 @@ def response_coordinates(
     z, bits = layout.probe_coordinates(rng, PROBE_ROWS)
     values = observed_values(model, fixed)
 
-    def observed(z: Array) -> dict[str, Array]:  # integer values (a binomial count) have no derivative
+    def observed(z: Array) -> dict[str, Array]:
+        # integer values (a binomial count) have no derivative; a site not over the rows (fixed data of
+        # another plate, observed as a term of the prior) is no row's response
         sites = values(layout.assemble(z, bits)).items()
-        return {name: v.reshape(PROBE_ROWS, -1) for name, v in sites if jnp.issubdtype(v.dtype, jnp.floating)}
+        return {
+            name: v.reshape(PROBE_ROWS, -1)
+            for name, v in sites
+            if jnp.issubdtype(v.dtype, jnp.floating) and jnp.shape(v)[:1] == (PROBE_ROWS,)
+        }
 
     def along(tangent: Array) -> dict[str, np.ndarray]:
         return {name: np.asarray(d) for name, d in jax.jvp(observed, (z,), (tangent,))[1].items()}

@@ -647,6 +647,42 @@ def test_a_model_taking_its_columns_in_one_dict_is_told_the_wrapper_that_works()
     assert prepare_release(wrapped, draws, ["x", "y"]).layout.shapes == {"x": (), "y": ()}
 
 
+def _two_groups(y_t=None, y_c=None):
+    p_t, p_c = numpyro.sample("p_t", dist.Beta(1, 1)), numpyro.sample("p_c", dist.Beta(1, 1))
+    with numpyro.plate("treated", y_t.shape[0]):
+        numpyro.sample("obs_t", dist.Bernoulli(p_t), obs=y_t)
+    with numpyro.plate("control", y_c.shape[0]):
+        numpyro.sample("obs_c", dist.Bernoulli(p_c), obs=y_c)
+
+
+def test_two_data_sets_in_plates_of_their_own_are_refused_and_one_is_reconstructed_the_other_fixed():
+    """A treatment and a control group of 500 and 300 rows: one weighted measure pairs a row of each, so
+    both free were silently one data set of 367 pairs, reproducing the release (stop 75). Refused,
+    naming both plates; with the control group fixed, the treated rows are reconstructed (the shares'
+    posteriors are conjugate: exact Beta draws)."""
+    rng = np.random.default_rng(0)
+    y_t, y_c = (rng.random(500) < 0.12).astype(float), (rng.random(300) < 0.3).astype(float)
+    k_t, k_c = y_t.sum(), y_c.sum()
+    draws = {"p_t": rng.beta(1 + k_t, 1 + 500 - k_t, 2000), "p_c": rng.beta(1 + k_c, 1 + 300 - k_c, 2000)}
+    with pytest.raises(
+        br.ReconError, match=r"'obs_c' \(plate \['control'\]\) and 'obs_t' \(plate \['treated'\]\)"
+    ):
+        prepare_release(_two_groups, draws, ["y_t", "y_c"])
+
+    def outputs(y=None):  # a plate over each row's outputs nested in the rows' is one table
+        mu = numpyro.sample("mu", dist.Normal(0, 5))
+        with numpyro.plate("rows", y.shape[0], dim=-2), numpyro.plate("outputs", 3, dim=-1):
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    assert prepare_release(outputs, {"mu": rng.normal(size=50)}, {"y": (3,)}).layout.shapes == {"y": (3,)}
+    result = br.reconstruct(_two_groups, draws, free=["y_t"], fixed={"y_c": y_c}, n_points=5, seed=0)
+    w = np.asarray(result.measure.weights)
+    mass, ones = w.sum(), w @ np.asarray(result.measure.points["y_t"])
+    assert abs(mass - 500) < 4 * result.standard_errors["total_mass"] * mass
+    assert abs(ones / mass - k_t / 500) < 0.03
+    assert result.self_check.reproduces
+
+
 def test_data_without_a_continuous_column_are_reconstructed_class_by_class():
     """Class labels alone (no continuous coordinate at all): the posterior of their shares is conjugate,
     Dirichlet(1 + counts), so its draws are exact. Every class's recovered weight is its count within
