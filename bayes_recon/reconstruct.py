@@ -32,11 +32,12 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpyro.diagnostics import effective_sample_size
 from numpyro.distributions.constraints import Constraint
 
 from bayes_recon import programs, pseudo
 from bayes_recon.checkpoint import Checkpoint, fingerprint, remove
-from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, score_matching_terms
+from bayes_recon.divergence import ESTIMATORS, Coordinates, Estimator, gaussian_terms, score_matching_terms
 from bayes_recon.modelcheck import Free, prepare_release
 from bayes_recon.objective import (
     GRADIENT_BUDGET,
@@ -129,8 +130,10 @@ class ReconConfig:
     covariates aligned so that the linear predictor barely varied, 4.5 Monte Carlo tolerances above the
     truth, and two of six restarts of that seed reached the truth's objective. The rounds only move the
     measure they are given (there, to below the truth's objective on the draws' noise, still failing
-    the check); a restart starts afresh. Where the rescue's best fails too, the rounds' result (or the
-    best restart) stands. Their keys come apart from the first restarts', which are the same whatever
+    the check); a restart starts afresh. Where the rescue's best fails too, the one of lower objective
+    stands, it or the rounds' result (or the best restart): a logistic regression with eight covariates
+    (M = 50) ended its rounds 0.29 above the rescue's best, with a posterior sd 7.6 times the release's
+    (stop 75). Their keys come apart from the first restarts', which are the same whatever
     their number.
 
     ``refine_rounds``: Frank–Wolfe rounds (:mod:`bayes_recon.refine`) on the best restart's measure
@@ -229,6 +232,8 @@ class AttackSetup(NamedTuple):
     layout: pseudo.Layout
     coordinates: Coordinates
     draws: Array  # (S, d), in the attack's coordinates
+    estimator: Estimator = "exact"
+    seed: int = 0  # the attack's: its objective's slices on all draws are those of seed + 1
 
 
 @dataclass(frozen=True)
@@ -273,7 +278,7 @@ class Reconstruction:
         it is read (seconds), then kept. See :mod:`bayes_recon.selfcheck`."""
         if self.checked is not None and _same_measure(self.checked[0], self.measure):
             return self.checked[1]  # not for a measure put in its place (dataclasses.replace)
-        return round_trip(self.setup, self.measure.points, self.measure.weights)
+        return self._round_trip(self.measure)
 
     def converged(self) -> bool | None:
         """Whether the Frank–Wolfe rounds stopped on their own (their gap, or a round's gain, under what the
@@ -503,12 +508,12 @@ class Reconstruction:
         return sandwich_at(phi)
 
     def _sandwich_builder(self) -> tuple[Array, Callable[[Array], Sandwich]]:
-        setup, metadata = self.setup, self.measure.meta
+        setup = self.setup
         problem = ScoreMatching(
-            setup.weighted_model, setup.layout, setup.coordinates, metadata["estimator"], self.config.n_slices
+            setup.weighted_model, setup.layout, setup.coordinates, setup.estimator, self.config.n_slices
         )
         # on the attack's draws and slices (seed + 1: those of its objective on every draw)
-        derivatives = build_point_derivatives(problem, setup.draws, metadata["seed"] + 1)
+        derivatives = build_point_derivatives(problem, setup.draws, setup.seed + 1)
         points = {k: jnp.asarray(v) for k, v in self.measure.points.items()}
         return sandwich_builder(
             derivatives, setup.layout, points, jnp.asarray(self.measure.weights), self._measure_terms()
@@ -536,7 +541,7 @@ class Reconstruction:
             )
         checked = self.checked
         if checked is not None and not _same_measure(checked[0], measure):
-            checked = measure, round_trip(self.setup, measure.points, measure.weights)
+            checked = measure, self._round_trip(measure)
         return replace(
             self,
             measure=measure,
@@ -547,31 +552,55 @@ class Reconstruction:
         )
 
     def _measure_terms(self) -> Callable[[Mapping[str, Array], Array], Array]:
-        """The objective as the attack computes it, on its draws and slices: its per-draw terms (S,) at a
-        measure (points, weights), the information penalty at its points added to each."""
-        setup, metadata = self.setup, self.measure.meta
-        n_draws, dim = setup.draws.shape
-        estimator = metadata["estimator"]
-        slices = draw_slices(
-            estimator, jax.random.PRNGKey(metadata["seed"] + 1), n_draws, self.config.n_slices, dim
+        """The objective as the attack computes it, on its draws and slices (:func:`measure_terms`)."""
+        return measure_terms(self.setup, self.config.n_slices)
+
+    def _round_trip(self, measure: WeightedMeasure) -> SelfCheck:
+        floor = floor_check(self.setup, self.config.n_slices)
+        return round_trip(self.setup, measure.points, measure.weights, floor=floor(measure))
+
+
+def measure_terms(setup: AttackSetup, n_slices: int) -> Callable[[Mapping[str, Array], Array], Array]:
+    """The objective as the attack computes it, on its draws and slices: its per-draw terms (S,) at a
+    measure (points, weights), the information penalty at its points added to each."""
+    n_draws, dim = setup.draws.shape
+    estimator = setup.estimator
+    slices = draw_slices(estimator, jax.random.PRNGKey(setup.seed + 1), n_draws, n_slices, dim)
+    size = dim * value_size(estimator, dim, n_slices)
+
+    def terms(data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths) -> Array:
+        log_q = setup.coordinates.pull_back(
+            lambda th: setup.weighted_model.log_density(th, data, weights, bandwidths)
         )
-        size = dim * value_size(estimator, dim, self.config.n_slices)
+        at_once = max(1, GRADIENT_BUDGET // (len(weights) * setup.weighted_model.copies * size))
+        return score_matching_terms(log_q, setup.draws, slices, estimator, at_once)
 
-        def terms(data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths) -> Array:
-            log_q = setup.coordinates.pull_back(
-                lambda th: setup.weighted_model.log_density(th, data, weights, bandwidths)
-            )
-            at_once = max(1, GRADIENT_BUDGET // (len(weights) * setup.weighted_model.copies * size))
-            return score_matching_terms(log_q, setup.draws, slices, estimator, at_once)
+    def with_penalty(data: Mapping[str, Array], weights: Array) -> Array:
+        weighted, coordinates, draws = setup.weighted_model, setup.coordinates, setup.draws
+        bandwidths = kink_bandwidths(weighted, coordinates, data, draws)
+        return terms(data, weights, bandwidths) + information_penalty(
+            weighted, coordinates, draws, data, bandwidths
+        )
 
-        def with_penalty(data: Mapping[str, Array], weights: Array) -> Array:
-            weighted, coordinates, draws = setup.weighted_model, setup.coordinates, setup.draws
-            bandwidths = kink_bandwidths(weighted, coordinates, data, draws)
-            return terms(data, weights, bandwidths) + information_penalty(
-                weighted, coordinates, draws, data, bandwidths
-            )
+    return with_penalty
 
-        return with_penalty
+
+def floor_check(setup: AttackSetup, n_slices: int) -> Callable[[WeightedMeasure], tuple[float, float]]:
+    """A measure's objective above the Gaussian's fitted to the draws (:func:`gaussian_terms`, the same
+    draws and slices), and that gap's Monte Carlo standard error (the draws counted by their effective
+    size, in their order): the self-check's floor (:func:`bayes_recon.selfcheck.round_trip`)."""
+    n_draws, dim = setup.draws.shape
+    slices = draw_slices(setup.estimator, jax.random.PRNGKey(setup.seed + 1), n_draws, n_slices, dim)
+    gaussian = np.asarray(jax.jit(gaussian_terms, static_argnums=2)(setup.draws, slices, setup.estimator))
+    terms = jax.jit(measure_terms(setup, n_slices))
+
+    def floor(measure: WeightedMeasure) -> tuple[float, float]:
+        data = setup.layout.typed(measure.points)
+        gap = np.asarray(terms(data, jnp.asarray(measure.weights))) - gaussian
+        size = np.clip(effective_sample_size(gap[None, :, None])[0], 1.0, len(gap))  # NumPyro's, not ArviZ's
+        return float(gap.mean()), float(gap.std(ddof=1) / np.sqrt(size))
+
+    return floor
 
 
 @attack_numerics
@@ -888,7 +917,8 @@ def _reconstruct(
 
     def repair(measure: WeightedMeasure, gate: SelfCheck) -> tuple[dict[str, np.ndarray], tuple]:
         """Where the best restart's measure fails the self-check: Frank–Wolfe rounds from it, then, where
-        their result fails too (or none can run), the rescue's restarts, whose best is taken if it passes.
+        their result fails too (or none can run), the rescue's restarts, whose best is taken if it passes
+        or, failing too, has the lower objective.
         The record the checkpoint keeps (the rounds' result, whether the rescue's best was taken) and the
         final measure with its check.
 
@@ -906,7 +936,7 @@ def _reconstruct(
             found = refine(refiner, start, measure.weights, config.refine_rounds)
             record |= {k: np.asarray(v) for k, v in found._asdict().items()}
             refined = refined_measure(record)
-            checked = refined, round_trip(setup, refined.points, refined.weights)
+            checked = refined, gate_of(refined)
         if checked[1].reproduces or not rescue:
             return record, checked
         units = rounds + len(rescue) + config.bootstrap + checking
@@ -915,9 +945,12 @@ def _reconstruct(
         final, information = arrays["final"][config.restarts :], arrays["information"][config.restarts :]
         if not np.any(np.isfinite(final) & within_information_bound(information, z.shape[1])):
             return record, checked  # none the draws can check
-        rescued = _measure_of(arrays, best_of(arrays, config.restarts))
-        rescued_gate = round_trip(setup, rescued.points, rescued.weights)
-        if rescued_gate.reproduces:
+        rescuer = best_of(arrays, config.restarts)
+        rescued = _measure_of(arrays, rescuer)
+        rescued_gate = gate_of(rescued)
+        # where neither passes, the lower objective: the attack's own measure of a result
+        failed = float(record["objectives"][-1]) if "z" in record else float(arrays["final"][best])
+        if rescued_gate.reproduces or arrays["final"][rescuer] < failed:
             return record | {"rescued": np.asarray(True)}, (rescued, rescued_gate)
         return record, checked
 
@@ -925,10 +958,15 @@ def _reconstruct(
     arrays = restarts_run(False)
     _check_finite(arrays["objective"], arrays["final"], config)
     best = best_of(arrays)
-    measure, setup = _measure_of(arrays, best), AttackSetup(weighted, layout, coordinates, z)
+    measure, setup = _measure_of(arrays, best), AttackSetup(weighted, layout, coordinates, z, estimator, seed)
+
+    def gate_of(measure: WeightedMeasure) -> SelfCheck:
+        return round_trip(setup, measure.points, measure.weights, floor=floor(measure))
+
     repaired, checked = None if store is None else store.load(repairs), None
     if checking and repaired is None:
-        repaired, checked = repair(measure, round_trip(setup, measure.points, measure.weights))
+        floor = floor_check(setup, config.n_slices)
+        repaired, checked = repair(measure, gate_of(measure))
         if store is not None:
             store.save(repairs, repaired)
     if rescue and all(i in finished for i in rescue):  # the rescue ran: its restarts join the history

@@ -521,6 +521,7 @@ def run_line(run: dict) -> str:
         f"x mean shift {np.max(np.abs(run['x_mean_shift'])):.3f} sd, sd ratio "
         f"{np.min(run['x_sd_ratio']):.3f}-{np.max(run['x_sd_ratio']):.3f}  self-check "
         f"{'reproduces' if run['self_check']['reproduces'] else 'does NOT reproduce'}  "
+        f"{floor_words(run['self_check'])}"
         f"N se {100 * run['standard_errors']['total_mass']:.1f} % (with the shortfall "
         f"{100 * run['result_errors']['total_mass']:.1f} %), z {z_words(run)}  "
         f"unseen mass {run['unseen_mass']:.2f}  "
@@ -647,6 +648,12 @@ def synthetic(args: argparse.Namespace, write: Callable[[dict], None]) -> None:
         print("\n".join(bar_lines(group)))
 
 
+def floor_words(check: Mapping[str, Any]) -> str:
+    """The self-check's floor (its JSON): the objective above the Gaussian's, in Monte Carlo errors."""
+    floor = check.get("floor")
+    return "" if not floor or None in floor else f"above the floor {floor[0] / floor[1]:+.1f} errors; "
+
+
 def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
     """bayes_posteriordb's rows of one posterior (its loop and oracle columns), each with the truth bar, the
     self-check's verdict, the unseen mass, the parameters d and the peak memory after its attack (its
@@ -680,7 +687,7 @@ def checked_rows(name: str, args: argparse.Namespace) -> list[dict]:
             f"{'':<32}truth bar {'met' if row['truth_bar'] else 'NOT met'}: J_attack − J_truth = "
             f"{row['objective'] - row['objective_truth']:+.3e} (tol {row['tolerance']:.3e}); unseen mass "
             f"{row['unseen_mass']:.2f}; {said}; d = {row['d']}; peak {row['peak_rss_mb']:.0f} MB; "
-            f"self-check: {result.self_check.summary()}",
+            f"{floor_words(row['self_check'])}self-check: {result.self_check.summary()}",
             flush=True,
         )
 

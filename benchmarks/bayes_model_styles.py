@@ -754,6 +754,8 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
         "y_mean_se": float(y_mean_se),
         "self_check": bool(result.self_check.reproduces),
         "self_check_summary": result.self_check.summary(),
+        # the objective above the Gaussian floor in Monte Carlo errors (None where no floor was checked)
+        "floor_errors": None if (floor := result.self_check.floor) is None else float(np.divide(*floor)),
         "unseen_mass": float(result.unseen_mass),
         "converged": result.converged(),
     }
@@ -761,7 +763,7 @@ def run_case(case: Case, points: int, seed: int, cache: Path) -> dict[str, Any]:
 
 COLUMNS = ("case", "N", "M", "mass (se %)", "ΔJ/tol", "truth bar", "y mean (true)", "y sd (true)")
 COLUMNS += ("y mean off, sd (2 se)",)
-COLUMNS += ("self-check", "unseen", "s")
+COLUMNS += ("self-check", "above the floor (errors)", "unseen", "s")
 
 
 def styles_table(rows: list[dict[str, Any]]) -> str:
@@ -785,6 +787,7 @@ def styles_table(rows: list[dict[str, Any]]) -> str:
             f"{r['y_sd']:.3g} ({r['y_sd_true']:.3g})",
             f"{r['y_mean_off']:.2f} ({2 * r['y_mean_se']:.2f})",
             verdict,
+            "—" if r.get("floor_errors") is None else f"{r['floor_errors']:+.1f}",
             f"{r['unseen_mass']:.2f}",
             f"{r['seconds']:.1f}",
         )

@@ -8,7 +8,9 @@ draws switch labels six times; ``--no-relabel`` compares them as labelled), this
 (all weights one) and on wrong measures: every weight ×0.7, ×0.8 or ×1.5, and the response moved by
 0.05 of its sd. It prints, per release and measure, how many seeds the check passes, the largest MMD²
 over its critical value, the worst mean shift and |log sd ratio| (over the seeds where NUTS sampled),
-the kinds of reason it gave (mean, sd, MMD², outside, divergent; a seed can give several), and the
+the kinds of reason it gave (mean, sd, MMD², outside, divergent, floor; a seed can give several), the
+measure's objective above the Gaussian floor in Monte Carlo errors (``reconstruct.floor_check``: the
+same at every seed, failing the check beyond ``max_floor_errors``), and the
 mean wall time of a check (its NUTS chain compiled each time: no persistent cache here). The true data
 should pass every seed; the wrong measures should fail. ``--target-accept`` sets NUTS's target
 acceptance rate (default the check's own).
@@ -34,8 +36,9 @@ from bayes_model_styles import BY_CASE, CACHE, sampled
 import bayes_recon as br
 from bayes_recon.models import lookup
 from bayes_recon.posteriordb import load_posterior
-from bayes_recon.reconstruct import AttackSetup
+from bayes_recon.reconstruct import AttackSetup, floor_check
 from bayes_recon.selfcheck import SelfCheckConfig, round_trip
+from recon_core.measure import WeightedMeasure
 
 br.enable_float64()
 
@@ -86,13 +89,15 @@ RELEASES = {
 
 def run(release: str, seeds: int, target_accept: float, relabel: bool) -> list[dict[str, Any]]:
     setup, measures = RELEASES[release]()
+    floor_of = floor_check(setup, ONE_STEP.n_slices)
     rows = []
     for name, (points, weights) in measures.items():
         checks, seconds = [], []
+        floor = floor_of(WeightedMeasure(dict(points), weights))
         for seed in range(seeds):
             start = time.perf_counter()
             config = SelfCheckConfig(seed=seed, target_accept=target_accept, relabel=relabel)
-            checks.append(round_trip(setup, points, weights, config))
+            checks.append(round_trip(setup, points, weights, config, floor))
             seconds.append(time.perf_counter() - start)
         reasons = Counter(_kind(reason) for check in checks for reason in check.reasons)
         rows.append(
@@ -108,6 +113,7 @@ def run(release: str, seeds: int, target_accept: float, relabel: bool) -> list[d
                 "max_mean_shift": _worst([np.max(np.abs(check.mean_shift)) for check in checks]),
                 "max_log_sd_ratio": _worst([np.max(np.abs(np.log(check.sd_ratio))) for check in checks]),
                 "reasons": dict(reasons),
+                "floor_errors": floor[0] / floor[1],
                 "mean_seconds": float(np.mean(seconds)),
             }
         )
@@ -130,6 +136,7 @@ REASON_KINDS = {
     "diverged": "divergent",
     "not finite": "not finite",
     "non-finite": "not finite",
+    "above that of a Gaussian": "floor",
 }
 
 
@@ -143,7 +150,8 @@ def _line(row: Mapping[str, Any]) -> str:
     return (
         f"| {row['release']} | {row['measure']} | {row['passes']} of {row['seeds']} | "
         f"{row['max_statistic_over_critical']:.2f} | {row['max_mean_shift']:.2f} | "
-        f"{row['max_log_sd_ratio']:.2f} | {row['mean_seconds']:.2f} | {reasons} |"
+        f"{row['max_log_sd_ratio']:.2f} | {row['floor_errors']:+.1f} | {row['mean_seconds']:.2f} | "
+        f"{reasons} |"
     )
 
 
@@ -166,10 +174,10 @@ def main() -> None:
         parser.error(f"unknown releases {unknown}; choose from {sorted(RELEASES)}")
     print(f"NUTS target acceptance {args.target_accept:g}; components relabelled: {not args.no_relabel}")
     print(
-        "| release | measure | passes | max MMD²/critical | max mean shift (sd) | max |log sd ratio| | s "
-        "| reasons |"
+        "| release | measure | passes | max MMD²/critical | max mean shift (sd) | max |log sd ratio| "
+        "| above the floor (errors) | s | reasons |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     rows = [
         row
         for release in args.releases.split(",")

@@ -104,7 +104,7 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
     monkeypatch.setattr(
         reconstruct_module,
         "round_trip",
-        lambda *a: replace(checked(*a), reproduces=False, reasons=("made to",)),
+        lambda *a, **k: replace(checked(*a, **k), reproduces=False, reasons=("made to",)),
     )
     built = reconstruct_module.build_refiner
     responds = []
@@ -122,14 +122,17 @@ def test_the_rounds_run_only_where_the_stages_result_fails_the_self_check(monkey
 def test_where_the_rounds_result_fails_too_the_rescues_restarts_run(tmp_path, monkeypatch, rescue_passes):
     """The checks of the best restart and of the Frank–Wolfe rounds' result fail (made to): the rescue's
     two restarts run after the first, from starts of their own, and the best of them is checked: taken
-    where it passes, else the rounds' result stands; run again on its checkpoint, the attack reads the
+    where it passes, else the one of lower objective, it or the rounds' result (their floors, the
+    objective less the same Gaussian's, compare them); run again on its checkpoint, the attack reads the
     choice back. Where the first check passes, none of this runs."""
     reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
     checked, verdicts, measures = reconstruct_module.round_trip, iter([False, False, rescue_passes]), []
+    floors = []
 
-    def made_to(setup, points, weights):
+    def made_to(setup, points, weights, floor):
         measures.append(weights)
-        return replace(checked(setup, points, weights), reproduces=next(verdicts))
+        floors.append(floor[0])
+        return replace(checked(setup, points, weights, floor=floor), reproduces=next(verdicts))
 
     monkeypatch.setattr(reconstruct_module, "round_trip", made_to)
     config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=2)
@@ -151,9 +154,13 @@ def test_where_the_rounds_result_fails_too_the_rescues_restarts_run(tmp_path, mo
         monkeypatch.setattr(reconstruct_module, "round_trip", checked)
         alone = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config)
         assert alone.restart_objectives.tolist() == [objectives[0]] and alone.self_check.reproduces
-    else:
+    elif floors[1] <= floors[2]:
         assert result.best_restart == 0 and np.array_equal(measures[1], result.measure.weights)
         assert result.objective == result.history["refine_objectives"][-1]
+    else:
+        assert result.best_restart == 1 + int(np.argmin(objectives[1:]))
+        assert np.array_equal(measures[2], result.measure.weights)
+        assert "refine_objectives" not in result.history
 
 
 def test_the_heaviest_points_of_each_stratum_are_kept_stratum_by_stratum():
@@ -165,11 +172,14 @@ def test_the_heaviest_points_of_each_stratum_are_kept_stratum_by_stratum():
 
 
 def test_a_checkpoint_keeps_the_rounds_result(tmp_path, monkeypatch):
-    """Run again on its checkpoint, an attack whose rounds ran reads their result back: no rounds run."""
+    """Run again on its checkpoint, an attack whose rounds ran reads their result back: no rounds run (and
+    no rescue, whose best of lower objective would stand in their place)."""
     reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
     checked = reconstruct_module.round_trip
-    monkeypatch.setattr(reconstruct_module, "round_trip", lambda *a: replace(checked(*a), reproduces=False))
-    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1)
+    monkeypatch.setattr(
+        reconstruct_module, "round_trip", lambda *a, **k: replace(checked(*a, **k), reproduces=False)
+    )
+    config = br.ReconConfig(coarse_steps=0, steps=3, restarts=1, rescue_restarts=0)
     first = br.reconstruct(model, DRAWS, free=["y"], n_points=4, config=config, checkpoint=tmp_path)
     monkeypatch.setattr(fw, "refine", None)  # a second run that reached the rounds would fail
     monkeypatch.setattr(reconstruct_module, "refine", None)

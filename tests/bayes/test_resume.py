@@ -90,7 +90,9 @@ def test_an_attack_stopped_during_the_rescue_resumes_to_the_same_result(tmp_path
     reads everything back."""
     reconstruct_module = importlib.import_module("bayes_recon.reconstruct")
     checked = reconstruct_module.round_trip
-    monkeypatch.setattr(reconstruct_module, "round_trip", lambda *a: replace(checked(*a), reproduces=False))
+    monkeypatch.setattr(
+        reconstruct_module, "round_trip", lambda *a, **k: replace(checked(*a, **k), reproduces=False)
+    )
     config = replace(CONFIG, bootstrap=0, rounds_at_once=1, refine_rounds=0)
     reference = br.reconstruct(model, DRAWS, free=["y"], n_points=3, config=config)
     assert reference.rescued() == 2

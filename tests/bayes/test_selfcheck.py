@@ -16,8 +16,10 @@ from row_models import attack_setup
 import bayes_recon as br
 from bayes_recon.models import lookup
 from bayes_recon.posteriordb import load_posterior
+from bayes_recon.reconstruct import floor_check
 from bayes_recon.selfcheck import SelfCheckConfig, _two_sample, mixing_note, release_mixing, round_trip
 from bayes_recon.weighting import WeightedModel
+from recon_core.measure import WeightedMeasure
 
 KIDIQ = "kidiq-kidscore_momiq"
 
@@ -63,6 +65,27 @@ def test_a_posterior_too_wide_or_shifted_does_not_reproduce_the_release(kidiq):
     assert any(reason.startswith("the posterior mean of beta[0] moves by") for reason in shifted.reasons)
     summary = shifted.summary()
     assert "does NOT reproduce the release" in summary and "beta[0]" in summary
+
+
+def test_the_floor_fails_light_weights_that_every_comparison_passes_and_not_the_truth(kidiq):
+    """The true data score no worse than the Gaussian of the draws (kidiq's posterior is near Gaussian:
+    within the Monte Carlo errors); the true rows at weight 0.85 widen the posterior by 1/√0.85 = 1.08,
+    inside every comparison's band, and score far above it."""
+    setup, data = kidiq
+    floor, n = floor_check(setup, 4), len(data["kid_score"])
+    gap, error = floor(WeightedMeasure(data, np.ones(n)))
+    assert gap < SelfCheckConfig().max_floor_errors * error
+    light = np.full(n, 0.85)
+    assert round_trip(setup, data, light).reproduces
+    gap, error = floor(WeightedMeasure(data, light))
+    check = round_trip(setup, data, light, floor=(gap, error))
+    assert gap > SelfCheckConfig().max_floor_errors * error and not check.reproduces
+    assert check.reasons == (
+        f"the attack's objective lies {gap:.3g} ({gap / error:.1f} Monte Carlo errors) above that of a "
+        "Gaussian fitted to the draws, which the true data's posterior, the draws' own, scores no worse "
+        "than: the attack stopped short of the optimum",
+    )
+    assert check.to_json()["floor"] == [gap, error]
 
 
 def test_fewer_points_than_data_coordinates_are_named_in_a_failed_check(kidiq):
