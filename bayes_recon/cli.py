@@ -59,7 +59,7 @@ CONFIG_OPTIONS = {
     "steps": "optimisation steps that move every point and weight (and polish them in each Frank–Wolfe "
     "round); past them L-BFGS goes on, to a cap, while it still gains what the draws can tell",
     "rescue_restarts": "restarts run when the best restart and the Frank–Wolfe rounds' result fail the "
-    "self-check; the best of them is taken if it passes (0: none)",
+    "self-check; the best of them is taken if it passes, or fails with the lower objective (0: none)",
     "refine_rounds": "Frank–Wolfe rounds on the best restart when it fails the self-check: points added "
     "where weight lowers the objective, weights solved exactly (0: none)",
     "estimator": "Fisher-divergence estimator (auto: exact up to 20 parameters)",

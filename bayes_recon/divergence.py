@@ -87,8 +87,8 @@ def gaussian_terms(draws: Array, slices: Array | None, estimator: Estimator) -> 
 
     The true data's posterior is the draws' own, p, which minimises the Fisher divergence from p: on
     average over the draws no data set scores below the true one, and the true one scores no worse than
-    this Gaussian (equal where p is Gaussian). A measure whose objective lies above the Gaussian's by more
-    than the draws' noise is short of the optimum the true data reach."""
+    the Gaussian this one estimates (as well where p is Gaussian). Fitted to the same draws, this one
+    scores better on them than that (:func:`bayes_recon.reconstruct.floor_check` takes it off)."""
     mean = jnp.mean(draws, axis=0)
     precision = jnp.linalg.inv(jnp.atleast_2d(jnp.cov(draws, rowvar=False)))
     return score_matching_terms(

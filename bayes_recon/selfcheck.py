@@ -64,17 +64,16 @@ and 0.8 in brackets):
 
 The floor. NUTS sees a few hundred draws of q; the attack's objective sees every released draw. The
 release's posterior p minimises the Fisher divergence from p, so on average over the draws the true data
-score no worse than any measure, and no worse than the Gaussian with the draws' mean and covariance
-(:func:`bayes_recon.divergence.gaussian_terms`; as well where p is Gaussian). ``round_trip`` takes the
-measure's objective above that Gaussian's, with the gap's Monte Carlo error (the per-draw differences'
-sd over the square root of their effective size in the draws' order:
-:func:`bayes_recon.reconstruct.floor_check`), and fails a measure more than ``max_floor_errors`` (4)
-errors above it: the attack stopped short of what the true data reach. A logistic regression with eight
-covariates (N = 2,000, M = 50, stop 75) ended 3.6 errors above the true data's objective with every
-comparison passing; it lies 5.2 errors above the floor. kidiq's true rows at weight 0.85 pass every
-comparison (sd ratios 1.08) and lie 6.2 errors above it. The true data of the model-styles suite's 39
-releases (M = 20, 1,000 NUTS draws each) lie at most 1.9 errors above it (a Gaussian fitted to a
-thousand draws fits them a little better than the posterior it estimates), the attack's results at most 1.0.
+score no worse than any measure, and no worse than a Gaussian
+(:func:`bayes_recon.divergence.gaussian_terms`).
+``round_trip`` takes the measure's objective above that of the Gaussian with the draws' mean and
+covariance, less what that Gaussian gains from being fitted to the same draws, with the gap's Monte Carlo
+error (:func:`bayes_recon.reconstruct.floor_check`), and fails a measure more than ``max_floor_errors``
+(3, as the benchmarks' truth bar) errors above it: the attack stopped short of what the true data reach.
+A logistic regression with eight covariates (N = 2,000, M = 50, stop 75) ended 3.6 errors above the true
+data's objective with every comparison passing; kidiq's true rows at weight 0.85 pass every comparison
+(sd ratios 1.08) and fail the floor. Measured: ``benchmarks/bayes_selfcheck_calibration.py`` and the
+README's stop 75. The floor adds a compilation of the objective on every draw to the attack's first check.
 
 A check takes 2.0–2.5 s on two CPU cores, compiling its NUTS chain included (1.9–2.4 s at stop 57); the
 label-switching mixture's 3.4–4.2 s.
@@ -187,7 +186,7 @@ class SelfCheckConfig:
     0.8 left too many transitions divergent on a hierarchical posterior (see the module's docstring).
     ``relabel``: compare a mixture's exchangeable components in one order (:mod:`bayes_recon.relabel`).
     ``max_floor_errors``: how many Monte Carlo errors the pseudo-data's objective may lie above that of a
-    Gaussian fitted to the draws (no better than the truth: :func:`~bayes_recon.divergence.gaussian_terms`).
+    Gaussian fitted to the draws (the truth scores no worse: :func:`~bayes_recon.reconstruct.floor_check`).
     """
 
     warmup: int = 300
@@ -202,7 +201,7 @@ class SelfCheckConfig:
     margin: float = 10.0
     max_outside: float = 0.01
     relabel: bool = True
-    max_floor_errors: float = 4.0
+    max_floor_errors: float = 3.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -417,8 +416,9 @@ def round_trip(
     if floor is not None and floor[0] > config.max_floor_errors * floor[1]:
         reasons.append(
             f"the attack's objective lies {floor[0]:.3g} ({floor[0] / floor[1]:.1f} Monte Carlo errors) "
-            "above that of a Gaussian fitted to the draws, which the true data's posterior, the draws' own, "
-            "scores no worse than: the attack stopped short of the optimum"
+            "above that of a Gaussian fitted to the draws (less what the fit gains on them), which the true "
+            "data's posterior, the draws' own, scores no worse than: the attack stopped short of what the "
+            "true data reach"
         )
     dim = setup.layout.dim if setup.layout is not None else 0
     if reasons and len(w) <= dim:  # diamonds-diamonds at M = 10: 25 coordinates, mass 63 of 5,000

@@ -99,13 +99,13 @@ def response_coordinates(
     values = observed_values(model, fixed)
 
     def observed(z: Array) -> dict[str, Array]:
-        # integer values (a binomial count) have no derivative; a site not over the rows (fixed data of
-        # another plate, observed as a term of the prior) is no row's response
+        # integer values (a binomial count) have no derivative; a site not laid out over the rows (fixed
+        # data of another plate, observed as a term of the prior) is no row's response
         sites = values(layout.assemble(z, bits)).items()
         return {
             name: v.reshape(PROBE_ROWS, -1)
             for name, v in sites
-            if jnp.issubdtype(v.dtype, jnp.floating) and jnp.shape(v)[:1] == (PROBE_ROWS,)
+            if jnp.issubdtype(v.dtype, jnp.floating) and jnp.size(v) % PROBE_ROWS == 0
         }
 
     def along(tangent: Array) -> dict[str, np.ndarray]:

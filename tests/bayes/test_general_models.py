@@ -658,7 +658,8 @@ def _two_groups(y_t=None, y_c=None):
 def test_two_data_sets_in_plates_of_their_own_are_refused_and_one_is_reconstructed_the_other_fixed():
     """A treatment and a control group of 500 and 300 rows: one weighted measure pairs a row of each, so
     both free were silently one data set of 367 pairs, reproducing the release (stop 75). Refused,
-    naming both plates; with the control group fixed, the treated rows are reconstructed (the shares'
+    naming both plates (two plates over the same rows, whose columns cannot differ in length, are one
+    table); with the control group fixed, the treated rows are reconstructed (the shares'
     posteriors are conjugate: exact Beta draws)."""
     rng = np.random.default_rng(0)
     y_t, y_c = (rng.random(500) < 0.12).astype(float), (rng.random(300) < 0.3).astype(float)
@@ -675,6 +676,16 @@ def test_two_data_sets_in_plates_of_their_own_are_refused_and_one_is_reconstruct
             numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
 
     assert prepare_release(outputs, {"mu": rng.normal(size=50)}, {"y": (3,)}).layout.shapes == {"y": (3,)}
+
+    def paired(x=None, y=None):  # a covariate's plate and its response's, named apart, over the same rows
+        m, b = numpyro.sample("m", dist.Normal(0, 5)), numpyro.sample("b", dist.Normal(0, 5))
+        with numpyro.plate("x_rows", x.shape[0]):
+            numpyro.sample("x", dist.Normal(m, 1.0), obs=x)
+        with numpyro.plate("y_rows", y.shape[0]):
+            numpyro.sample("y", dist.Normal(b * x, 1.0), obs=y)
+
+    both = {"m": rng.normal(size=50), "b": rng.normal(size=50)}
+    assert prepare_release(paired, both, ["x", "y"]).layout.shapes == {"x": (), "y": ()}
     result = br.reconstruct(_two_groups, draws, free=["y_t"], fixed={"y_c": y_c}, n_points=5, seed=0)
     w = np.asarray(result.measure.weights)
     mass, ones = w.sum(), w @ np.asarray(result.measure.points["y_t"])
