@@ -251,6 +251,11 @@ class SelfCheckConfig:
         for name in ("max_divergent", "max_outside"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ReconError(f"{name} must be a share between 0 and 1, got {getattr(self, name)!r}")
+        if not self.max_floor_errors > 0:
+            raise ReconError(
+                f"max_floor_errors must be a positive number of Monte Carlo errors (e.g. 3), got "
+                f"{self.max_floor_errors!r}"
+            )
         if not self.margin > 0:
             raise ReconError(
                 f"margin must be a positive number of posterior sd (e.g. 10), got {self.margin!r}"
@@ -274,7 +279,8 @@ class SelfCheck:
     reasons: tuple[str, ...]
     relabelled: str = ""  # how label switching was undone before comparing (bayes_recon.relabel), if it was
     mixing: str = ""  # the release's own mixing, where a user must know of it (:func:`mixing_note`)
-    # the pseudo-data's objective above the Gaussian's on the draws, and its Monte Carlo error (round_trip)
+    # the pseudo-data's objective above the floor (a Gaussian fitted to the draws, less what the fit gains on
+    # them) and the gap's Monte Carlo error (round_trip; None where no floor was given)
     floor: tuple[float, float] | None = None
 
     def summary(self) -> str:

@@ -14,6 +14,7 @@ from numpyro.infer import MCMC, NUTS
 from row_models import attack_setup
 
 import bayes_recon as br
+from bayes_recon.modelcheck import prepare_release
 from bayes_recon.models import lookup
 from bayes_recon.posteriordb import load_posterior
 from bayes_recon.reconstruct import floor_check
@@ -106,9 +107,9 @@ def test_the_floor_passes_the_true_data_of_a_gaussian_posterior_of_sixteen_param
     draws = {
         "beta": rng.multivariate_normal(np.linalg.solve(precision, x.T @ y), np.linalg.inv(precision), 1000)
     }
-    config = br.ReconConfig(coarse_steps=0, steps=1, restarts=1, rescue_restarts=0, refine_rounds=0)
-    result = br.reconstruct(model, draws, free={"x": (d,), "y": ()}, n_points=2, config=config)
-    gap, error = floor_check(result.setup, config.n_slices)(WeightedMeasure({"x": x, "y": y}, np.ones(n)))
+    release = prepare_release(model, draws, {"x": (d,), "y": ()})
+    setup = attack_setup(release.weighted_model, jnp.asarray(release.theta), release.layout)
+    gap, error = floor_check(setup, 4)(WeightedMeasure({"x": x, "y": y}, np.ones(n)))
     allowed = SelfCheckConfig().max_floor_errors * error
     assert gap < allowed < gap + d * (d + 2) / (2 * 1000)
 
@@ -249,6 +250,8 @@ def test_the_config_refuses_settings_that_cannot_work():
         SelfCheckConfig(level=1.0)
     with pytest.raises(br.ReconError, match="margin"):
         SelfCheckConfig(margin=0.0)
+    with pytest.raises(br.ReconError, match="max_floor_errors must be a positive"):
+        SelfCheckConfig(max_floor_errors=0)
     with pytest.raises(br.ReconError, match="target_accept"):
         SelfCheckConfig(target_accept=1.0)
     with pytest.raises(br.ReconError, match="target_accept must be a number"):
