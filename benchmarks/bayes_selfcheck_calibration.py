@@ -174,7 +174,7 @@ def main() -> None:
         parser.error(f"unknown releases {unknown}; choose from {sorted(RELEASES)}")
     print(f"NUTS target acceptance {args.target_accept:g}; components relabelled: {not args.no_relabel}")
     print(
-        "| release | measure | passes | max MMD²/critical | max mean shift (sd) | max |log sd ratio| "
+        "| release | measure | passes | max MMD²/critical | max mean shift (sd) | max \\|log sd ratio\\| "
         "| above the floor (errors) | s | reasons |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
