@@ -565,12 +565,16 @@ class Reconstruction:
         return round_trip(self.setup, measure.points, measure.weights, floor=self._floor(measure))
 
 
+def attack_slices(setup: AttackSetup, n_slices: int) -> Array | None:
+    """The slices of the attack's objective on every draw (those of its seed + 1; None where exact)."""
+    n_draws, dim = setup.draws.shape
+    return draw_slices(setup.estimator, jax.random.PRNGKey(setup.seed + 1), n_draws, n_slices, dim)
+
+
 def measure_terms(setup: AttackSetup, n_slices: int) -> Callable[[Mapping[str, Array], Array], Array]:
     """The objective as the attack computes it, on its draws and slices: its per-draw terms (S,) at a
     measure (points, weights), the information penalty at its points added to each."""
-    n_draws, dim = setup.draws.shape
-    estimator = setup.estimator
-    slices = draw_slices(estimator, jax.random.PRNGKey(setup.seed + 1), n_draws, n_slices, dim)
+    dim, estimator, slices = setup.draws.shape[1], setup.estimator, attack_slices(setup, n_slices)
     size = dim * value_size(estimator, dim, n_slices)
 
     def terms(data: Mapping[str, Array], weights: Array, bandwidths: Bandwidths) -> Array:
@@ -602,7 +606,7 @@ def floor_check(setup: AttackSetup, n_slices: int) -> Callable[[WeightedMeasure]
     true data of a Gaussian posterior of d parameters sat about (d + 2) / (2√2) errors above it whatever
     S, failing from d ≈ 12 on (the stop 75 review's simulation)."""
     n_draws, dim = setup.draws.shape
-    slices = draw_slices(setup.estimator, jax.random.PRNGKey(setup.seed + 1), n_draws, n_slices, dim)
+    slices = attack_slices(setup, n_slices)
     gaussian = np.asarray(jax.jit(gaussian_terms, static_argnums=2)(setup.draws, slices, setup.estimator))
     effective = np.clip(np.mean(effective_sample_size(np.asarray(setup.draws)[None])), 1.0, n_draws)
     optimism = dim * (dim + 2) / (2 * effective)

@@ -333,7 +333,7 @@ def round_trip(
     gap's Monte Carlo error (:func:`bayes_recon.reconstruct.floor_check`). The true data score no worse
     than that Gaussian, so a gap of more than ``config.max_floor_errors`` errors fails the check: NUTS on
     a few hundred draws misses what the objective on all of them shows (a logistic regression with
-    eight covariates, M = 50: 5 errors above, every comparison passing).
+    eight covariates, M = 50: 3.7 errors above, every comparison passing).
 
     ``setup``: the attack's :class:`~bayes_recon.reconstruct.AttackSetup` (its weighted model,
     coordinates and draws). Never raises because the weighted posterior is improper or NUTS fails:
